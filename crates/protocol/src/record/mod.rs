@@ -1,0 +1,18 @@
+//! Kafka's v2 record batch format (magic 2).
+//!
+//! - [`batch`]: the 61-byte batch header as a view over the bytes, CRC32C
+//!   validation and in-place patching of base offset, partition leader epoch
+//!   and LogAppendTime; iteration over a buffer of concatenated batches.
+//! - [`codec`]: individual records inside a batch (varint layout), decoding for
+//!   the few paths that need keys or exact timestamps (compaction, lookup by
+//!   timestamp) and building new batches (compaction output, tests, clients).
+//! - [`compression`]: gzip, snappy (raw and xerial framing), lz4 (frame) and
+//!   zstd, selected by the low three attribute bits as in Kafka.
+
+pub mod batch;
+pub mod codec;
+pub mod compression;
+
+pub use batch::{BatchHeader, BatchIter, TimestampType};
+pub use codec::{BatchBuilder, Header, Record};
+pub use compression::Compression;
