@@ -1,1 +1,67 @@
-//! placeholder
+//! Sluice's storage engine: a partition's log on disk in Apache Kafka's own
+//! layout, so Kafka's documentation and tools apply to it.
+//!
+//! - [`Log`] (module [`log`]) owns one partition folder `<topic>-<partition>`:
+//!   append (validate, assign offsets, write without decoding records), read
+//!   (file regions for sendfile), offset lookup by offset and by time, roll,
+//!   retention, truncation, flush and recovery on open.
+//! - [`segment`] owns one `.log` file and its [`index`] files.
+//! - [`cleaner`] compacts `cleanup.policy=compact` logs in the background.
+//! - [`LogManager`] (module [`manager`]) owns every partition of a data
+//!   folder, the data-folder checkpoints and the background work.
+//! - [`checkpoint`] and [`epoch`] keep Kafka's text checkpoint files.
+//! - [`config`] holds Kafka's topic config names and defaults.
+
+pub mod checkpoint;
+pub mod cleaner;
+pub mod clock;
+pub mod config;
+pub mod epoch;
+pub mod error;
+pub(crate) mod index;
+pub mod log;
+pub mod manager;
+pub mod segment;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{CleanupPolicy, LogConfig, TimestampType};
+pub use error::{Result, StorageError};
+pub use log::{AppendInfo, Log, LogOpenOptions, OffsetSpec, ReadInfo, ReadLimit, TimestampOffset};
+pub use manager::{LogManager, ManagerConfig};
+pub use segment::FileRegion;
+
+/// A topic name and partition number.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+        }
+    }
+
+    /// The partition folder name, `<topic>-<partition>`.
+    pub fn dir_name(&self) -> String {
+        format!("{}-{}", self.topic, self.partition)
+    }
+
+    /// Parses a partition folder name (the partition follows the last `-`).
+    pub fn from_dir_name(name: &str) -> Option<Self> {
+        let (topic, p) = name.rsplit_once('-')?;
+        if topic.is_empty() || p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(Self::new(topic, p.parse().ok()?))
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}

@@ -1,0 +1,1 @@
+//! Log compaction (placeholder until the cleaner lands).

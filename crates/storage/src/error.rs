@@ -1,0 +1,80 @@
+//! The storage crate's error type. Kafka error codes are chosen from these at
+//! the broker boundary (for example `Corrupt` → CORRUPT_MESSAGE,
+//! `RecordTooLarge` → MESSAGE_TOO_LARGE, `OffsetOutOfRange` →
+//! OFFSET_OUT_OF_RANGE, `Offline` → KAFKA_STORAGE_ERROR).
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// Everything storage can fail with.
+#[derive(Debug, Error)]
+pub enum StorageError {
+    /// A batch handed to append failed validation; nothing was appended.
+    #[error("corrupt record batch: {0}")]
+    Corrupt(#[from] sluice_protocol::ProtocolError),
+    /// A batch is larger than the topic's `max.message.bytes`.
+    #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
+    RecordTooLarge { size: usize, max: usize },
+    /// A batch's timestamp is outside the configured bounds.
+    #[error("invalid timestamp {timestamp}: {reason}")]
+    InvalidTimestamp { timestamp: i64, reason: String },
+    /// A read or truncation offset outside `[log start, log end]`.
+    #[error("offset {offset} is out of range [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    /// An I/O error, with the file it happened on.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The partition hit an I/O error earlier and refuses appends until it is
+    /// reopened.
+    #[error("log {0} is offline after an earlier I/O error; reopen it")]
+    Offline(String),
+    /// A file in the data folder is not what its name says.
+    #[error("{path}: {reason}")]
+    BadFile { path: PathBuf, reason: String },
+    /// A topic config key or value that is not valid.
+    #[error("invalid value {value:?} for config {key}: {reason}")]
+    InvalidConfig {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    /// A config key that does not exist.
+    #[error("unknown topic config {0}")]
+    UnknownConfig(String),
+    /// The log was closed or deleted while in use.
+    #[error("log {0} is closed")]
+    Closed(String),
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// Attaches a path to an `io::Error`.
+pub(crate) trait IoContext<T> {
+    fn at(self, path: &std::path::Path) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, path: &std::path::Path) -> Result<T> {
+        self.map_err(|source| StorageError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+pub(crate) fn bad_file(path: &std::path::Path, reason: impl Into<String>) -> StorageError {
+    StorageError::BadFile {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}

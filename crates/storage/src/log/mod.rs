@@ -1,0 +1,305 @@
+//! One partition's log: the ordered set of segments in `<topic>-<partition>`
+//! with its offsets (log start, log end, high watermark, recovery point) and
+//! leader epoch cache.
+//!
+//! - `load`: opening a folder, finishing interrupted swaps, recovery.
+//! - `append`: validation and offset assignment on the produce path.
+//! - `read`: reads by offset and lookups by time (ListOffsets).
+//! - `retention`: deleting old segments, log start offset, truncation.
+//!
+//! Locking: one append lock per partition serializes writers (append, roll,
+//! truncate, retention, segment swaps). Readers take the segment map's read
+//! lock just long enough to clone the segments they need, then read files
+//! without any lock.
+
+mod append;
+mod load;
+mod read;
+mod retention;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::clock::Clock;
+use crate::config::LogConfig;
+use crate::epoch::LeaderEpochCache;
+use crate::error::{Result, StorageError};
+use crate::segment::{Segment, SegmentSettings};
+use crate::TopicPartition;
+
+pub use append::AppendInfo;
+pub use read::{OffsetSpec, ReadInfo, ReadLimit, TimestampOffset};
+
+/// Where the last session left this partition (from the data-folder
+/// checkpoints).
+#[derive(Debug, Clone, Copy)]
+pub struct LogOpenOptions {
+    pub recovery_point: i64,
+    pub log_start_offset: i64,
+    pub high_watermark: i64,
+    /// The data folder had a clean-shutdown marker: skip the recovery scan.
+    pub clean_shutdown: bool,
+}
+
+impl Default for LogOpenOptions {
+    fn default() -> Self {
+        Self {
+            recovery_point: 0,
+            log_start_offset: 0,
+            high_watermark: 0,
+            clean_shutdown: false,
+        }
+    }
+}
+
+/// The append lock's token: holding it makes the holder the only writer.
+#[derive(Debug)]
+pub(crate) struct WriterState;
+
+/// A partition log.
+#[derive(Debug)]
+pub struct Log {
+    dir: PathBuf,
+    tp: TopicPartition,
+    config: RwLock<Arc<LogConfig>>,
+    clock: Arc<dyn Clock>,
+    segments: RwLock<BTreeMap<i64, Arc<Segment>>>,
+    writer: Mutex<WriterState>,
+    log_end_offset: AtomicI64,
+    high_watermark: AtomicI64,
+    log_start_offset: AtomicI64,
+    recovery_point: AtomicI64,
+    last_flush_ms: AtomicI64,
+    unflushed_messages: AtomicI64,
+    epochs: Mutex<LeaderEpochCache>,
+    offline: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Log {
+    /// The partition folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn topic_partition(&self) -> &TopicPartition {
+        &self.tp
+    }
+
+    /// The current config.
+    pub fn config(&self) -> Arc<LogConfig> {
+        Arc::clone(&self.config.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Replaces the config; it applies to the next append, roll, retention
+    /// and cleaning pass.
+    pub fn set_config(&self, config: LogConfig) {
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset.load(Ordering::Acquire)
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset.load(Ordering::Acquire)
+    }
+
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark.load(Ordering::Acquire)
+    }
+
+    /// Everything below this offset has been fsynced.
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point.load(Ordering::Acquire)
+    }
+
+    /// Sets the high watermark (clamped to `[log start, log end]`); the
+    /// owner (replication, or the broker on one node) drives it.
+    pub fn set_high_watermark(&self, hw: i64) -> i64 {
+        let hw = hw.clamp(self.log_start_offset(), self.log_end_offset());
+        self.high_watermark.store(hw, Ordering::Release);
+        hw
+    }
+
+    /// Whether an earlier I/O error took this log offline.
+    pub fn is_offline(&self) -> bool {
+        self.offline.load(Ordering::Acquire)
+    }
+
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.read_segments().len()
+    }
+
+    /// Total bytes in all segments.
+    pub fn size_in_bytes(&self) -> u64 {
+        self.read_segments().values().map(|s| s.size()).sum()
+    }
+
+    /// Base offsets of all segments, in order.
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.read_segments().keys().copied().collect()
+    }
+
+    /// `(epoch, start offset)` entries of the leader epoch cache.
+    pub fn leader_epochs(&self) -> Vec<(i32, i64)> {
+        lock(&self.epochs).entries().to_vec()
+    }
+
+    /// For OffsetForLeaderEpoch: the largest epoch ≤ `epoch` and its end.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        lock(&self.epochs).end_offset_for(epoch, self.log_end_offset())
+    }
+
+    pub(crate) fn read_segments(
+        &self,
+    ) -> std::sync::RwLockReadGuard<'_, BTreeMap<i64, Arc<Segment>>> {
+        self.segments.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn write_segments(
+        &self,
+    ) -> std::sync::RwLockWriteGuard<'_, BTreeMap<i64, Arc<Segment>>> {
+        self.segments.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn writer(&self) -> MutexGuard<'_, WriterState> {
+        lock(&self.writer)
+    }
+
+    pub(crate) fn active_segment(&self) -> Arc<Segment> {
+        let segs = self.read_segments();
+        match segs.values().next_back() {
+            Some(s) => Arc::clone(s),
+            None => unreachable!("a log always has an active segment"),
+        }
+    }
+
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub(crate) fn settings(&self) -> SegmentSettings {
+        let c = self.config();
+        SegmentSettings {
+            index_bytes: c.segment_index_bytes,
+            index_interval: c.index_interval_bytes,
+        }
+    }
+
+    /// Marks the log offline after an I/O error and returns the error.
+    pub(crate) fn go_offline(&self, e: StorageError) -> StorageError {
+        if !self.offline.swap(true, Ordering::AcqRel) {
+            tracing::error!(partition = %self.tp, error = %e, "log is offline after I/O error");
+        }
+        e
+    }
+
+    pub(crate) fn check_online(&self) -> Result<()> {
+        if self.is_offline() {
+            return Err(StorageError::Offline(self.tp.to_string()));
+        }
+        Ok(())
+    }
+
+    /// fsyncs every segment holding data past the recovery point and moves
+    /// the recovery point to the log end. An fsync failure takes the log
+    /// offline (it is not retried: the kernel may have dropped the pages).
+    pub fn flush(&self) -> Result<()> {
+        self.check_online()?;
+        let end = self.log_end_offset();
+        let from = self.recovery_point();
+        if from >= end {
+            return Ok(());
+        }
+        let segs: Vec<Arc<Segment>> = {
+            let segs = self.read_segments();
+            let first = segs.range(..=from).next_back().map_or(i64::MIN, |(b, _)| *b);
+            segs.range(first..).map(|(_, s)| Arc::clone(s)).collect()
+        };
+        for s in segs {
+            s.flush().map_err(|e| self.go_offline(e))?;
+        }
+        self.recovery_point.fetch_max(end, Ordering::AcqRel);
+        self.last_flush_ms.store(self.now_ms(), Ordering::Release);
+        self.unflushed_messages.store(0, Ordering::Release);
+        Ok(())
+    }
+
+    /// Milliseconds since the last flush (for `flush.ms`).
+    pub fn ms_since_last_flush(&self) -> i64 {
+        self.now_ms() - self.last_flush_ms.load(Ordering::Acquire)
+    }
+
+    /// Flushes, seals the active segment's indexes (trimmed, final time
+    /// index entry) and writes the leader epoch checkpoint. The log must not
+    /// be appended to afterwards.
+    pub fn close(&self) -> Result<()> {
+        let _w = self.writer();
+        if !self.is_offline() {
+            self.flush()?;
+            let active = self.active_segment();
+            active.seal()?;
+            active.flush()?;
+            lock(&self.epochs).flush()?;
+        }
+        Ok(())
+    }
+
+    /// Starts a new segment at the log end (no-op when the active segment
+    /// is empty).
+    pub fn roll(&self) -> Result<()> {
+        let _w = self.writer();
+        self.check_online()?;
+        self.roll_locked().map(|_| ())
+    }
+
+    pub(crate) fn roll_locked(&self) -> Result<Arc<Segment>> {
+        let active = self.active_segment();
+        if active.size() == 0 {
+            return Ok(active);
+        }
+        let base = self.log_end_offset();
+        active.seal().map_err(|e| self.go_offline(e))?;
+        let seg = Segment::create(&self.dir, base, self.settings(), self.now_ms())
+            .map_err(|e| self.go_offline(e))?;
+        let seg = Arc::new(seg);
+        self.write_segments().insert(base, Arc::clone(&seg));
+        tracing::debug!(partition = %self.tp, base, "rolled new segment");
+        Ok(seg)
+    }
+
+    /// Header of every batch with a record at or after `from` (producer id,
+    /// epoch and base sequence per batch), up to the log end.
+    pub fn batch_headers_from(
+        &self,
+        from: i64,
+    ) -> Result<Vec<sluice_protocol::record::BatchHeader>> {
+        let segs: Vec<Arc<Segment>> = self.read_segments().values().cloned().collect();
+        let mut out = Vec::new();
+        for s in segs {
+            if s.next_offset() <= from {
+                continue;
+            }
+            for (_, h) in s.batch_headers()? {
+                if h.last_offset() >= from {
+                    out.push(h);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,443 @@
+//! Unit tests of the partition log.
+
+use std::sync::Arc;
+
+use sluice_protocol::record::codec::decode_batch;
+use sluice_protocol::record::{BatchBuilder, Compression, Record};
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::log::{OffsetSpec, ReadLimit};
+
+const T0: i64 = 1_700_000_000_000;
+
+pub(crate) fn batch(n: usize, ts: i64, tag: &str) -> Vec<u8> {
+    let mut b = BatchBuilder::new(Compression::None, ts);
+    for i in 0..n {
+        b.push(Record::new(
+            Some(format!("k{i}").into_bytes()),
+            Some(format!("{tag}-{i}").into_bytes()),
+            ts + i as i64,
+        ));
+    }
+    b.build(0).expect("build")
+}
+
+fn small_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 1024,
+        index_interval_bytes: 100,
+        segment_index_bytes: 4096,
+        ..LogConfig::default()
+    }
+}
+
+fn open(dir: &std::path::Path, config: LogConfig, clock: &Arc<ManualClock>) -> Log {
+    Log::open(
+        dir,
+        TopicPartition::new("t", 0),
+        config,
+        LogOpenOptions::default(),
+        clock.clone(),
+    )
+    .expect("open")
+}
+
+fn values(log: &Log, from: i64) -> Vec<(i64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut next = from;
+    loop {
+        let r = log
+            .read(next, 1 << 20, ReadLimit::LogEnd, true)
+            .expect("read");
+        let Some(region) = r.region else { break };
+        let bytes = region.read_to_vec().expect("bytes");
+        let mut it = sluice_protocol::record::BatchIter::new(&bytes);
+        let mut progressed = false;
+        for b in it.by_ref() {
+            let (_, h, raw) = b.expect("batch");
+            for r in decode_batch(raw, 1 << 24).expect("decode").records {
+                if r.record.offset >= next {
+                    out.push((r.record.offset, r.record.value.clone().unwrap_or_default()));
+                }
+            }
+            next = h.last_offset() + 1;
+            progressed = true;
+        }
+        if !progressed {
+            break;
+        }
+    }
+    out
+}
+
+#[test]
+fn append_assigns_offsets_and_reads_back_across_rolls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let log = open(dir.path(), small_config(), &clock);
+    for i in 0..50 {
+        let mut b = batch(3, T0 + i, &format!("b{i}"));
+        let info = log.append_as_leader(&mut b, 4).expect("append");
+        assert_eq!(info.base_offset, i * 3);
+        assert_eq!(info.last_offset, i * 3 + 2);
+        assert_eq!(info.batches[0].partition_leader_epoch, 4);
+    }
+    assert_eq!(log.log_end_offset(), 150);
+    assert!(log.segment_count() > 3, "segments: {}", log.segment_count());
+    let vals = values(&log, 0);
+    assert_eq!(vals.len(), 150);
+    assert_eq!(vals[31].0, 31);
+    assert_eq!(vals[31].1, b"b10-1");
+    // Reads starting mid-batch start at the batch holding the offset.
+    let r = log.read(31, 10, ReadLimit::LogEnd, true).expect("read");
+    let region = r.region.expect("region");
+    let bytes = region.read_to_vec().expect("bytes");
+    let h = sluice_protocol::record::BatchHeader::parse(&bytes).expect("header");
+    assert_eq!(h.base_offset, 30);
+    assert_eq!(bytes.len(), h.total_size(), "min one batch returned whole");
+    // Out of range.
+    assert!(matches!(
+        log.read(151, 10, ReadLimit::LogEnd, true),
+        Err(StorageError::OffsetOutOfRange { .. })
+    ));
+    assert!(log
+        .read(150, 10, ReadLimit::LogEnd, true)
+        .expect("at end")
+        .region
+        .is_none());
+    // The high watermark bounds consumer reads.
+    log.set_high_watermark(30);
+    assert!(log
+        .read(30, 1 << 20, ReadLimit::HighWatermark, true)
+        .expect("at hw")
+        .region
+        .is_none());
+    let r = log
+        .read(0, 1 << 20, ReadLimit::HighWatermark, true)
+        .expect("below hw");
+    let bytes = r.region.expect("region").read_to_vec().expect("bytes");
+    let last = sluice_protocol::record::BatchIter::new(&bytes)
+        .map(|b| b.expect("batch").1.last_offset())
+        .max();
+    assert!(last.expect("some") < 30);
+}
+
+#[test]
+fn corrupt_batches_are_rejected_and_nothing_is_appended() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let log = open(dir.path(), LogConfig::default(), &clock);
+    let mut good = batch(2, T0, "x");
+    let mut bad = good.clone();
+    let n = bad.len();
+    bad[n - 1] ^= 1;
+    let mut two = good.clone();
+    two.extend_from_slice(&bad);
+    assert!(matches!(
+        log.append_as_leader(&mut two, 0),
+        Err(StorageError::Corrupt(_))
+    ));
+    let mut short = good[..good.len() - 3].to_vec();
+    assert!(log.append_as_leader(&mut short, 0).is_err());
+    let mut magic1 = good.clone();
+    magic1[16] = 1;
+    assert!(log.append_as_leader(&mut magic1, 0).is_err());
+    assert!(log.append_as_leader(&mut Vec::new(), 0).is_err());
+    assert_eq!(log.log_end_offset(), 0);
+    assert_eq!(log.size_in_bytes(), 0);
+    log.append_as_leader(&mut good, 0).expect("good batch");
+    assert_eq!(log.log_end_offset(), 2);
+    // Too large for max.message.bytes.
+    log.set_config(LogConfig {
+        max_message_bytes: 10,
+        ..LogConfig::default()
+    });
+    assert!(matches!(
+        log.append_as_leader(&mut batch(1, T0, "y"), 0),
+        Err(StorageError::RecordTooLarge { .. })
+    ));
+    // Timestamps too far in the future.
+    log.set_config(LogConfig::default());
+    assert!(matches!(
+        log.append_as_leader(&mut batch(1, T0 + 2 * 3_600_000, "y"), 0),
+        Err(StorageError::InvalidTimestamp { .. })
+    ));
+}
+
+#[test]
+fn log_append_time_is_stamped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = LogConfig {
+        message_timestamp_type: crate::config::TimestampType::LogAppendTime,
+        ..LogConfig::default()
+    };
+    let log = open(dir.path(), config, &clock);
+    let info = log
+        .append_as_leader(&mut batch(3, 5, "a"), 0)
+        .expect("append");
+    assert_eq!(info.log_append_time, T0);
+    let r = log.read(0, 1 << 20, ReadLimit::LogEnd, true).expect("read");
+    let bytes = r.region.expect("region").read_to_vec().expect("bytes");
+    let d = decode_batch(&bytes, 1 << 20).expect("valid crc and records");
+    assert!(d.records.iter().all(|r| r.record.timestamp == T0));
+}
+
+#[test]
+fn list_offsets_by_time_and_max_timestamp() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0 + 1_000_000));
+    let log = open(dir.path(), small_config(), &clock);
+    for i in 0..40i64 {
+        // Batch i holds timestamps T0 + 100 i .. T0 + 100 i + 1.
+        log.append_as_leader(&mut batch(2, T0 + 100 * i, "v"), 0)
+            .expect("append");
+    }
+    // A late batch with an older timestamp does not move the max.
+    log.append_as_leader(&mut batch(1, T0, "old"), 0)
+        .expect("append");
+    let at = |ts| {
+        log.fetch_offset(OffsetSpec::Timestamp(ts))
+            .expect("lookup")
+            .map(|t| t.offset)
+    };
+    assert_eq!(at(T0 - 5), Some(0));
+    assert_eq!(at(T0 + 1), Some(1));
+    assert_eq!(at(T0 + 2), Some(2));
+    assert_eq!(at(T0 + 1_001), Some(21));
+    assert_eq!(at(T0 + 3_901), Some(79));
+    assert_eq!(at(T0 + 3_902), None);
+    let max = log
+        .fetch_offset(OffsetSpec::MaxTimestamp)
+        .expect("max")
+        .expect("some");
+    assert_eq!((max.offset, max.timestamp), (79, T0 + 3_901));
+    assert_eq!(
+        log.fetch_offset(OffsetSpec::Earliest).expect("e").map(|t| t.offset),
+        Some(0)
+    );
+    assert_eq!(
+        log.fetch_offset(OffsetSpec::Latest).expect("l").map(|t| t.offset),
+        Some(81)
+    );
+}
+
+#[test]
+fn reopen_after_clean_close_and_after_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    {
+        let log = open(dir.path(), small_config(), &clock);
+        for i in 0..30 {
+            log.append_as_leader(&mut batch(2, T0 + i, "a"), 1)
+                .expect("append");
+        }
+        log.close().expect("close");
+    }
+    let opts = LogOpenOptions {
+        clean_shutdown: true,
+        recovery_point: 60,
+        ..LogOpenOptions::default()
+    };
+    let log = Log::open(
+        dir.path(),
+        TopicPartition::new("t", 0),
+        small_config(),
+        opts,
+        clock.clone(),
+    )
+    .expect("reopen clean");
+    assert_eq!(log.log_end_offset(), 60);
+    assert_eq!(values(&log, 0).len(), 60);
+    assert_eq!(log.leader_epochs(), vec![(1, 0)]);
+    for i in 0..5 {
+        log.append_as_leader(&mut batch(2, T0 + 100 + i, "b"), 2)
+            .expect("append");
+    }
+    let active = log.active_segment().log_path();
+    drop(log); // no close: a crash
+    // Tear the tail: cut the last batch in half.
+    let len = std::fs::metadata(&active).expect("meta").len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&active)
+        .expect("open");
+    f.set_len(len - 20).expect("tear");
+    let log = open(dir.path(), small_config(), &clock);
+    assert_eq!(log.log_end_offset(), 68);
+    assert_eq!(values(&log, 0).len(), 68);
+    assert_eq!(log.leader_epochs(), vec![(1, 0), (2, 60)]);
+}
+
+#[test]
+fn missing_and_corrupt_indexes_are_rebuilt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    {
+        let log = open(dir.path(), small_config(), &clock);
+        for i in 0..30 {
+            log.append_as_leader(&mut batch(2, T0 + i, "a"), 0)
+                .expect("append");
+        }
+        log.close().expect("close");
+    }
+    let first_index = dir.path().join("00000000000000000000.index");
+    let first_time = dir.path().join("00000000000000000000.timeindex");
+    assert!(std::fs::metadata(&first_index).expect("meta").len() > 0);
+    std::fs::remove_file(&first_index).expect("rm");
+    std::fs::write(&first_time, [1u8; 13]).expect("garble");
+    let opts = LogOpenOptions {
+        clean_shutdown: true,
+        ..LogOpenOptions::default()
+    };
+    let log = Log::open(
+        dir.path(),
+        TopicPartition::new("t", 0),
+        small_config(),
+        opts,
+        clock.clone(),
+    )
+    .expect("reopen");
+    assert!(std::fs::metadata(&first_index).expect("meta").len() > 0);
+    assert_eq!(std::fs::metadata(&first_time).expect("meta").len() % 12, 0);
+    assert_eq!(values(&log, 0).len(), 60);
+    assert_eq!(
+        log.fetch_offset(OffsetSpec::Timestamp(T0 + 5))
+            .expect("lookup")
+            .map(|t| t.offset),
+        Some(9)
+    );
+}
+
+#[test]
+fn retention_by_size_time_and_log_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let log = open(dir.path(), small_config(), &clock);
+    for i in 0..40 {
+        log.append_as_leader(&mut batch(2, T0 + i, "a"), 0)
+            .expect("append");
+    }
+    let segs = log.segment_count();
+    assert!(segs >= 3, "segments: {segs}");
+    // Nothing expires yet.
+    assert_eq!(log.delete_old_segments().expect("retention"), 0);
+    // Size: keep at most ~2 KiB.
+    log.set_config(LogConfig {
+        retention_bytes: 2048,
+        ..small_config()
+    });
+    let deleted = log.delete_old_segments().expect("retention");
+    assert!(deleted > 0);
+    assert!(log.size_in_bytes() <= 2048 + 1024);
+    let start = log.log_start_offset();
+    assert_eq!(start, log.segment_base_offsets()[0]);
+    assert!(log.read(start - 1, 100, ReadLimit::LogEnd, true).is_err());
+    // Time: everything but the active segment.
+    log.set_config(small_config());
+    clock.advance(8 * 24 * 3600 * 1000);
+    log.delete_old_segments().expect("retention");
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.log_end_offset(), 80);
+    // DeleteRecords.
+    log.set_high_watermark(80);
+    log.advance_log_start_offset(79).expect("advance");
+    assert_eq!(log.log_start_offset(), 79);
+    assert!(log.advance_log_start_offset(81).is_err());
+    assert_eq!(values(&log, 79).len(), 1);
+    // Deleted segment files are gone.
+    let logs = std::fs::read_dir(dir.path())
+        .expect("ls")
+        .filter(|e| {
+            e.as_ref()
+                .map(|e| e.file_name().to_string_lossy().ends_with(".log"))
+                .unwrap_or(false)
+        })
+        .count();
+    assert_eq!(logs, 1);
+}
+
+#[test]
+fn truncate_to_removes_the_tail_and_appends_continue() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let log = open(dir.path(), small_config(), &clock);
+    for i in 0..30 {
+        log.append_as_leader(&mut batch(2, T0 + i, "a"), i as i32 / 10)
+            .expect("append");
+    }
+    log.set_high_watermark(60);
+    log.truncate_to(24).expect("truncate");
+    assert_eq!(log.log_end_offset(), 24);
+    assert_eq!(log.high_watermark(), 24);
+    assert_eq!(log.leader_epochs(), vec![(0, 0), (1, 20)]);
+    assert_eq!(values(&log, 0).len(), 24);
+    let info = log
+        .append_as_leader(&mut batch(2, T0, "b"), 3)
+        .expect("append");
+    assert_eq!(info.base_offset, 24);
+    assert_eq!(values(&log, 0).len(), 26);
+    log.truncate_to(5).expect("truncate into first segment");
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.log_end_offset(), 5);
+    log.truncate_fully_and_start_at(100).expect("full");
+    assert_eq!(log.log_start_offset(), 100);
+    assert_eq!(log.log_end_offset(), 100);
+    let info = log
+        .append_as_leader(&mut batch(1, T0, "c"), 3)
+        .expect("append");
+    assert_eq!(info.base_offset, 100);
+}
+
+#[test]
+fn roll_on_segment_ms_and_explicit_roll() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = LogConfig {
+        segment_ms: 1000,
+        ..LogConfig::default()
+    };
+    let log = open(dir.path(), config, &clock);
+    log.append_as_leader(&mut batch(1, T0, "a"), 0)
+        .expect("append");
+    clock.advance(500);
+    log.append_as_leader(&mut batch(1, T0 + 500, "a"), 0)
+        .expect("append");
+    assert_eq!(log.segment_count(), 1);
+    clock.advance(600);
+    log.append_as_leader(&mut batch(1, T0 + 1100, "a"), 0)
+        .expect("append");
+    assert_eq!(log.segment_base_offsets(), vec![0, 2]);
+    log.roll().expect("roll");
+    log.roll().expect("roll of empty active is a no-op");
+    assert_eq!(log.segment_base_offsets(), vec![0, 2, 3]);
+}
+
+#[test]
+fn foreign_files_are_refused_by_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    std::fs::write(dir.path().join("junk.log"), b"hello").expect("write");
+    let e = Log::open(
+        dir.path(),
+        TopicPartition::new("t", 0),
+        LogConfig::default(),
+        LogOpenOptions::default(),
+        clock.clone(),
+    )
+    .expect_err("bad name");
+    assert!(e.to_string().contains("junk.log"), "{e}");
+    std::fs::remove_file(dir.path().join("junk.log")).expect("rm");
+    let p = dir.path().join("00000000000000000000.log");
+    std::fs::write(&p, b"this is not a kafka segment at all, it is text").expect("write");
+    let e = Log::open(
+        dir.path(),
+        TopicPartition::new("t", 0),
+        LogConfig::default(),
+        LogOpenOptions::default(),
+        clock,
+    )
+    .expect_err("foreign content");
+    assert!(e.to_string().contains("00000000000000000000.log"), "{e}");
+}

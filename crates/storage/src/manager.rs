@@ -1,0 +1,5 @@
+//! placeholder
+#[derive(Debug)]
+pub struct LogManager;
+#[derive(Debug)]
+pub struct ManagerConfig;

@@ -1,0 +1,605 @@
+//! One log segment: a `.log` file of v2 record batches with its `.index` and
+//! `.timeindex`, named by the 20-digit base offset (Kafka's `LogSegment`).
+//!
+//! Appends come from one writer (the partition's append lock); reads use
+//! positioned reads on a shared file handle and only ever look below the
+//! published `size`, so they never wait for the writer.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use sluice_protocol::record::batch::{self, BatchHeader, HEADER_LEN};
+
+use crate::error::{bad_file, IoContext, Result, StorageError};
+use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
+
+/// Suffixes of segment files.
+pub const LOG_SUFFIX: &str = ".log";
+pub const INDEX_SUFFIX: &str = ".index";
+pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
+
+/// `00000000000000000042` for 42.
+pub fn file_stem(base_offset: i64) -> String {
+    format!("{base_offset:020}")
+}
+
+/// Path of a segment file with the given suffix (and optional extra suffix
+/// such as `.cleaned`, `.swap` or `.deleted`).
+pub fn segment_path(dir: &Path, base_offset: i64, suffix: &str, extra: &str) -> PathBuf {
+    dir.join(format!("{}{suffix}{extra}", file_stem(base_offset)))
+}
+
+/// A byte range of a segment file, ready for `sendfile(2)` or a copy.
+#[derive(Debug, Clone)]
+pub struct FileRegion {
+    pub file: Arc<File>,
+    pub position: u64,
+    pub length: u64,
+}
+
+impl FileRegion {
+    /// Copies the region into memory (tests, TLS connections, tools).
+    pub fn read_to_vec(&self) -> std::io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; self.length as usize];
+        let mut done = 0usize;
+        while done < buf.len() {
+            let n = self
+                .file
+                .read_at(&mut buf[done..], self.position + done as u64)?;
+            if n == 0 {
+                buf.truncate(done);
+                break;
+            }
+            done += n;
+        }
+        Ok(buf)
+    }
+}
+
+/// What a segment scan found: a valid prefix and why it stopped.
+#[derive(Debug)]
+pub(crate) struct ScanOutcome {
+    pub valid_bytes: u64,
+    pub truncated_bytes: u64,
+    pub problem: Option<String>,
+}
+
+/// One segment of a partition log.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub base_offset: i64,
+    log_path: Mutex<PathBuf>,
+    file: Arc<File>,
+    size: AtomicU64,
+    pub(crate) offset_index: OffsetIndex,
+    pub(crate) time_index: TimeIndex,
+    bytes_since_last_index: AtomicU64,
+    max_timestamp: AtomicI64,
+    offset_of_max_timestamp: AtomicI64,
+    first_batch_timestamp: AtomicI64,
+    created_ms: i64,
+    next_offset: AtomicI64,
+    /// An index file was missing or unreadable when the segment was opened.
+    pub(crate) indexes_missing: bool,
+}
+
+/// Settings a segment needs from the log config.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SegmentSettings {
+    pub index_bytes: u64,
+    pub index_interval: u64,
+}
+
+impl Segment {
+    /// Creates a new, empty segment (replacing stale files of that name).
+    pub(crate) fn create(
+        dir: &Path,
+        base_offset: i64,
+        s: SegmentSettings,
+        now_ms: i64,
+    ) -> Result<Self> {
+        let log_path = segment_path(dir, base_offset, LOG_SUFFIX, "");
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            let p = segment_path(dir, base_offset, suffix, "");
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).at(&p),
+            }
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)
+            .at(&log_path)?;
+        Self::assemble(dir, base_offset, log_path, file, 0, Some(s.index_bytes), now_ms)
+    }
+
+    /// Opens an existing segment. `writable` preallocates the indexes so the
+    /// segment can take appends (the active segment).
+    pub(crate) fn open(
+        dir: &Path,
+        base_offset: i64,
+        s: SegmentSettings,
+        writable: bool,
+        now_ms: i64,
+    ) -> Result<Self> {
+        let log_path = segment_path(dir, base_offset, LOG_SUFFIX, "");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&log_path)
+            .at(&log_path)?;
+        let size = file.metadata().at(&log_path)?.len();
+        let seg = Self::assemble(
+            dir,
+            base_offset,
+            log_path,
+            file,
+            size,
+            writable.then_some(s.index_bytes),
+            now_ms,
+        )?;
+        Ok(seg)
+    }
+
+    fn assemble(
+        dir: &Path,
+        base_offset: i64,
+        log_path: PathBuf,
+        file: File,
+        size: u64,
+        prealloc: Option<u64>,
+        now_ms: i64,
+    ) -> Result<Self> {
+        let index_path = segment_path(dir, base_offset, INDEX_SUFFIX, "");
+        let time_path = segment_path(dir, base_offset, TIME_INDEX_SUFFIX, "");
+        let missing = !index_path.exists() || !time_path.exists();
+        let (offset_index, reset_a) = open_or_reset::<OffsetEntry>(&index_path, prealloc)?;
+        let (time_index, reset_b) = open_or_reset::<TimeEntry>(&time_path, prealloc)?;
+        Ok(Self {
+            base_offset,
+            log_path: Mutex::new(log_path),
+            file: Arc::new(file),
+            size: AtomicU64::new(size),
+            offset_index,
+            time_index,
+            bytes_since_last_index: AtomicU64::new(0),
+            max_timestamp: AtomicI64::new(-1),
+            offset_of_max_timestamp: AtomicI64::new(-1),
+            first_batch_timestamp: AtomicI64::new(-1),
+            created_ms: now_ms,
+            next_offset: AtomicI64::new(base_offset),
+            indexes_missing: missing || reset_a || reset_b,
+        })
+    }
+
+    pub(crate) fn log_path(&self) -> PathBuf {
+        self.log_path
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Bytes of valid batches (what readers may see).
+    pub(crate) fn size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
+    /// Offset after the last batch of this segment (base when empty).
+    pub(crate) fn next_offset(&self) -> i64 {
+        self.next_offset.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn max_timestamp(&self) -> i64 {
+        self.max_timestamp.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn offset_of_max_timestamp(&self) -> i64 {
+        self.offset_of_max_timestamp.load(Ordering::Acquire)
+    }
+
+    /// Kafka's `largestTimestamp`: the max record timestamp, or the file's
+    /// modification time when the segment holds none.
+    pub(crate) fn largest_timestamp(&self) -> i64 {
+        let ts = self.max_timestamp();
+        if ts >= 0 {
+            return ts;
+        }
+        self.file
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis() as i64)
+    }
+
+    /// Milliseconds this segment has been collecting records, for `segment.ms`.
+    pub(crate) fn time_waited_for_roll(&self, now_ms: i64) -> i64 {
+        let first = self.first_batch_timestamp.load(Ordering::Acquire);
+        now_ms - if first >= 0 { first } else { self.created_ms }
+    }
+
+    /// Whether `[base, last]` fits the 32-bit relative offsets of this segment.
+    pub(crate) fn can_hold_offset(&self, last_offset: i64) -> bool {
+        let rel = last_offset - self.base_offset;
+        (0..=i64::from(i32::MAX)).contains(&rel)
+    }
+
+    pub(crate) fn index_full(&self) -> bool {
+        self.offset_index.is_full() || self.time_index.is_full()
+    }
+
+    /// Appends `bytes`, which hold the batches described by `batches`
+    /// (position within `bytes`, header with final offsets). Writer only.
+    pub(crate) fn append(
+        &self,
+        bytes: &[u8],
+        batches: &[(usize, BatchHeader)],
+        index_interval: u64,
+    ) -> Result<()> {
+        let start = self.size.load(Ordering::Relaxed);
+        if let Err(e) = self.file.write_all_at(bytes, start) {
+            // Best effort: cut off whatever part of the write landed.
+            let _ = self.file.set_len(start);
+            return Err(e).at(&self.log_path());
+        }
+        for (pos, h) in batches {
+            self.index_batch(start + *pos as u64, h, index_interval);
+        }
+        if let Some((_, last)) = batches.last() {
+            self.next_offset
+                .store(last.last_offset() + 1, Ordering::Release);
+        }
+        self.size
+            .store(start + bytes.len() as u64, Ordering::Release);
+        Ok(())
+    }
+
+    /// Updates indexes and timestamps for one batch at `position`.
+    fn index_batch(&self, position: u64, h: &BatchHeader, index_interval: u64) {
+        if self.first_batch_timestamp.load(Ordering::Relaxed) < 0 {
+            self.first_batch_timestamp
+                .store(h.max_timestamp.max(0), Ordering::Release);
+        }
+        if h.max_timestamp > self.max_timestamp.load(Ordering::Relaxed) {
+            self.offset_of_max_timestamp
+                .store(h.last_offset(), Ordering::Release);
+            self.max_timestamp.store(h.max_timestamp, Ordering::Release);
+        }
+        if self.bytes_since_last_index.load(Ordering::Relaxed) > index_interval {
+            self.offset_index.push(OffsetEntry {
+                relative_offset: (h.last_offset() - self.base_offset) as u32,
+                position: position as u32,
+            });
+            self.push_time_entry();
+            self.bytes_since_last_index.store(0, Ordering::Relaxed);
+        }
+        self.bytes_since_last_index
+            .fetch_add(h.total_size() as u64, Ordering::Relaxed);
+    }
+
+    fn push_time_entry(&self) {
+        let ts = self.max_timestamp();
+        if ts >= 0 {
+            self.time_index.maybe_push(TimeEntry {
+                timestamp: ts,
+                relative_offset: (self.offset_of_max_timestamp() - self.base_offset) as u32,
+            });
+        }
+    }
+
+    /// Reads the header of the batch at `position`, if a whole header lies
+    /// below `limit`.
+    pub(crate) fn header_at(&self, position: u64, limit: u64) -> Result<Option<BatchHeader>> {
+        if position + HEADER_LEN as u64 > limit {
+            return Ok(None);
+        }
+        let mut buf = [0u8; HEADER_LEN];
+        self.file
+            .read_exact_at(&mut buf, position)
+            .at(&self.log_path())?;
+        Ok(Some(BatchHeader::parse(&buf)?))
+    }
+
+    /// The first batch whose last offset is ≥ `offset`: its position and
+    /// header. `None` when the segment holds no such batch.
+    pub(crate) fn translate(&self, offset: i64) -> Result<Option<(u64, BatchHeader)>> {
+        let limit = self.size();
+        let mut pos = self
+            .offset_index
+            .lookup(offset - self.base_offset)
+            .map_or(0, |e| u64::from(e.position));
+        while let Some(h) = self.header_at(pos, limit)? {
+            if h.last_offset() >= offset {
+                return Ok(Some((pos, h)));
+            }
+            pos += h.total_size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// A region starting at the batch that holds `offset`, at most
+    /// `max_bytes` long and ending before `max_position`; with `min_one`, a
+    /// first batch larger than `max_bytes` is returned whole (KIP-74).
+    pub(crate) fn read(
+        &self,
+        offset: i64,
+        max_bytes: u64,
+        max_position: u64,
+        min_one: bool,
+    ) -> Result<Option<FileRegion>> {
+        let Some((start, first)) = self.translate(offset)? else {
+            return Ok(None);
+        };
+        let max_position = max_position.min(self.size());
+        if start >= max_position {
+            return Ok(None);
+        }
+        let mut length = (max_position - start).min(max_bytes);
+        if min_one && length < first.total_size() as u64 {
+            length = (first.total_size() as u64).min(max_position - start);
+        }
+        if length == 0 {
+            return Ok(None);
+        }
+        Ok(Some(FileRegion {
+            file: Arc::clone(&self.file),
+            position: start,
+            length,
+        }))
+    }
+
+    /// Scans every batch from the start, checking CRCs and offsets, and
+    /// rebuilds the indexes and timestamps; cuts off an invalid tail.
+    pub(crate) fn recover(&self, index_interval: u64, max_batch: u64) -> Result<ScanOutcome> {
+        self.offset_index.truncate_entries(0);
+        self.time_index.truncate_entries(0);
+        self.bytes_since_last_index.store(0, Ordering::Relaxed);
+        self.max_timestamp.store(-1, Ordering::Release);
+        self.offset_of_max_timestamp.store(-1, Ordering::Release);
+        self.first_batch_timestamp.store(-1, Ordering::Release);
+        self.next_offset.store(self.base_offset, Ordering::Release);
+        let file_len = self.file.metadata().at(&self.log_path())?.len();
+        let mut pos = 0u64;
+        let mut buf = Vec::new();
+        let mut expect_min = self.base_offset;
+        let problem = loop {
+            if pos == file_len {
+                break None;
+            }
+            let h = match self.header_at(pos, file_len) {
+                Ok(Some(h)) => h,
+                Ok(None) => break Some(format!("torn batch header at position {pos}")),
+                Err(e) => break Some(format!("bad batch header at position {pos}: {e}")),
+            };
+            let size = h.total_size() as u64;
+            if size > max_batch.max(HEADER_LEN as u64) + (1 << 20) || pos + size > file_len {
+                break Some(format!("torn batch at position {pos}"));
+            }
+            if h.base_offset < expect_min || !self.can_hold_offset(h.last_offset()) {
+                break Some(format!(
+                    "batch at position {pos} has offset {} out of order",
+                    h.base_offset
+                ));
+            }
+            buf.resize(size as usize, 0);
+            self.file
+                .read_exact_at(&mut buf, pos)
+                .at(&self.log_path())?;
+            if let Err(e) = batch::validate_crc(&buf) {
+                break Some(format!("corrupt batch at position {pos}: {e}"));
+            }
+            self.index_batch(pos, &h, index_interval);
+            self.next_offset
+                .store(h.last_offset() + 1, Ordering::Release);
+            expect_min = h.last_offset() + 1;
+            pos += size;
+        };
+        let truncated = file_len - pos;
+        if truncated > 0 {
+            self.file.set_len(pos).at(&self.log_path())?;
+        }
+        self.size.store(pos, Ordering::Release);
+        Ok(ScanOutcome {
+            valid_bytes: pos,
+            truncated_bytes: truncated,
+            problem,
+        })
+    }
+
+    /// Restores the state a recovery scan would compute from the indexes
+    /// alone (clean shutdown): max timestamp from the last time index entry,
+    /// next offset by scanning headers after the last offset index entry.
+    pub(crate) fn load_without_scan(&self) -> Result<()> {
+        if let Some(t) = self.time_index.last() {
+            self.max_timestamp.store(t.timestamp, Ordering::Release);
+            self.offset_of_max_timestamp.store(
+                self.base_offset + i64::from(t.relative_offset),
+                Ordering::Release,
+            );
+        }
+        let limit = self.size();
+        if let Some(first) = self.header_at(0, limit)? {
+            self.first_batch_timestamp
+                .store(first.max_timestamp.max(0), Ordering::Release);
+        }
+        let mut pos = self
+            .offset_index
+            .last()
+            .map_or(0, |e| u64::from(e.position));
+        let mut since = 0u64;
+        while let Some(h) = self.header_at(pos, limit)? {
+            self.next_offset
+                .store(h.last_offset() + 1, Ordering::Release);
+            if self.max_timestamp() < h.max_timestamp {
+                self.max_timestamp.store(h.max_timestamp, Ordering::Release);
+                self.offset_of_max_timestamp
+                    .store(h.last_offset(), Ordering::Release);
+            }
+            pos += h.total_size() as u64;
+            since += h.total_size() as u64;
+        }
+        if pos != limit {
+            return Err(bad_file(
+                &self.log_path(),
+                format!("batches end at {pos} but the file holds {limit} bytes"),
+            ));
+        }
+        self.bytes_since_last_index.store(since, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Checks the indexes against the log (Kafka's `sanityCheck`).
+    pub(crate) fn indexes_sane(&self) -> bool {
+        self.offset_index.sane(self.size())
+            && self
+                .time_index
+                .sane(self.next_offset() - 1 - self.base_offset)
+    }
+
+    /// Removes every batch whose last offset is ≥ `offset`; returns the
+    /// bytes removed. The indexes are rebuilt by a scan of what remains.
+    pub(crate) fn truncate_to(&self, offset: i64, index_interval: u64) -> Result<u64> {
+        let Some((pos, _)) = self.translate(offset)? else {
+            return Ok(0);
+        };
+        let before = self.size();
+        self.size.store(pos, Ordering::Release);
+        self.file.set_len(pos).at(&self.log_path())?;
+        self.recover(index_interval, u64::MAX >> 2)?;
+        Ok(before - pos)
+    }
+
+    /// The segment stops taking appends: record the final max timestamp in
+    /// the time index and trim both index files (Kafka's
+    /// `onBecomeInactiveSegment` plus index trimming).
+    pub(crate) fn seal(&self) -> Result<()> {
+        self.push_time_entry();
+        self.offset_index.trim()?;
+        self.time_index.trim()
+    }
+
+    /// `fsync` of the log file and the index pages.
+    pub(crate) fn flush(&self) -> Result<()> {
+        self.file.sync_data().at(&self.log_path())?;
+        self.offset_index.flush()?;
+        self.time_index.flush()
+    }
+
+    /// Renames all three files by appending `extra` (e.g. `.deleted`).
+    pub(crate) fn add_suffix(&self, extra: &str) -> Result<()> {
+        let mut lp = self.log_path.lock().unwrap_or_else(|p| p.into_inner());
+        let to = PathBuf::from(format!("{}{extra}", lp.display()));
+        std::fs::rename(&*lp, &to).at(&lp)?;
+        *lp = to;
+        drop(lp);
+        let p = self.offset_index.path();
+        if p.exists() {
+            self.offset_index
+                .rename(&PathBuf::from(format!("{}{extra}", p.display())))?;
+        }
+        let p = self.time_index.path();
+        if p.exists() {
+            self.time_index
+                .rename(&PathBuf::from(format!("{}{extra}", p.display())))?;
+        }
+        Ok(())
+    }
+
+    /// Unlinks all three files (readers holding the file keep reading).
+    pub(crate) fn delete_files(&self) -> Result<()> {
+        for p in [
+            self.log_path(),
+            self.offset_index.path(),
+            self.time_index.path(),
+        ] {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).at(&p),
+            }
+        }
+        Ok(())
+    }
+
+    /// Offset of the first record with timestamp ≥ `ts` in this segment,
+    /// with that record's timestamp (decodes one batch).
+    pub(crate) fn find_offset_by_timestamp(
+        &self,
+        ts: i64,
+        start_offset: i64,
+    ) -> Result<Option<(i64, i64)>> {
+        let rel = self.time_index.lookup(ts).map_or(0, |e| {
+            i64::from(e.relative_offset)
+        });
+        let from = (self.base_offset + rel).max(start_offset);
+        let limit = self.size();
+        let mut pos = match self.translate(from)? {
+            Some((p, _)) => p,
+            None => return Ok(None),
+        };
+        while let Some(h) = self.header_at(pos, limit)? {
+            if h.max_timestamp >= ts {
+                let bytes = self.batch_bytes(pos, &h)?;
+                let decoded =
+                    sluice_protocol::record::codec::decode_batch(&bytes, decode_limit(&h))?;
+                for r in decoded.records {
+                    if r.record.timestamp >= ts && r.record.offset >= start_offset {
+                        return Ok(Some((r.record.offset, r.record.timestamp)));
+                    }
+                }
+            }
+            pos += h.total_size() as u64;
+        }
+        Ok(None)
+    }
+
+    /// The whole batch at `pos`.
+    pub(crate) fn batch_bytes(&self, pos: u64, h: &BatchHeader) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; h.total_size()];
+        self.file
+            .read_exact_at(&mut buf, pos)
+            .at(&self.log_path())?;
+        Ok(buf)
+    }
+
+    /// All batches of the segment in order, as `(position, header)`.
+    pub(crate) fn batch_headers(&self) -> Result<Vec<(u64, BatchHeader)>> {
+        let limit = self.size();
+        let mut out = Vec::new();
+        let mut pos = 0u64;
+        while let Some(h) = self.header_at(pos, limit)? {
+            out.push((pos, h));
+            pos += h.total_size() as u64;
+        }
+        Ok(out)
+    }
+}
+
+/// Decompression limit for a batch: generous, but bounded.
+pub(crate) fn decode_limit(h: &BatchHeader) -> usize {
+    (h.total_size() * 255).clamp(1 << 20, 256 << 20)
+}
+
+/// Opens an index; a file that cannot be an index (odd size) is replaced by
+/// an empty one, to be rebuilt by a scan.
+fn open_or_reset<E: crate::index::Entry>(
+    path: &Path,
+    prealloc: Option<u64>,
+) -> Result<(crate::index::IndexFile<E>, bool)> {
+    match crate::index::IndexFile::<E>::open(path, prealloc) {
+        Ok(i) => Ok((i, false)),
+        Err(StorageError::BadFile { path, reason }) => {
+            tracing::warn!(path = %path.display(), %reason, "replacing corrupt index");
+            std::fs::remove_file(&path).at(&path)?;
+            Ok((crate::index::IndexFile::<E>::open(&path, prealloc)?, true))
+        }
+        Err(e) => Err(e),
+    }
+}
