@@ -1,1 +1,195 @@
-//! Log compaction (placeholder until the cleaner lands).
+//! Log compaction for `cleanup.policy=compact` (and `compact,delete`), as
+//! Kafka's `LogCleaner`/`Cleaner` does it:
+//!
+//! 1. Pick the cleanable range: from the first dirty offset (the end of the
+//!    previous clean, kept in `cleaner-offset-checkpoint`) to the first
+//!    uncleanable offset — the active segment, a segment younger than
+//!    `min.compaction.lag.ms`, or one reaching past the high watermark.
+//!    Clean only when dirty bytes / all cleanable bytes reach
+//!    `min.cleanable.dirty.ratio` (or `max.compaction.lag.ms` forces it).
+//! 2. Build an offset map: the latest offset of every key in the dirty range.
+//! 3. Rewrite the segments from the log start to the end of the range in
+//!    groups that fit one segment, keeping a record only when no later record
+//!    has its key; tombstones go once older than `delete.retention.ms`.
+//!    Original offsets are kept; batches that lose records are rebuilt with
+//!    the same codec; untouched batches are copied byte for byte.
+//! 4. Swap each group in atomically (see [`rewrite`]).
+
+mod rewrite;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sluice_protocol::record::codec::decode_batch;
+
+use crate::error::Result;
+use crate::log::Log;
+use crate::segment::{decode_limit, Segment};
+
+pub use rewrite::CrashPoint;
+
+/// Cleaner settings (Kafka's `log.cleaner.*` server configs).
+#[derive(Debug, Clone)]
+pub struct CleanerConfig {
+    /// `log.cleaner.dedupe.buffer.size`: memory for the offset map.
+    pub dedupe_buffer_bytes: usize,
+    /// Test hook: stop (as if the process died) at this point of the swap.
+    #[doc(hidden)]
+    pub crash_at: Option<CrashPoint>,
+}
+
+impl Default for CleanerConfig {
+    fn default() -> Self {
+        Self {
+            dedupe_buffer_bytes: 128 * 1024 * 1024,
+            crash_at: None,
+        }
+    }
+}
+
+/// The part of a log a clean would cover.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cleanable {
+    pub first_dirty: i64,
+    /// First offset not cleaned (a segment base).
+    pub end: i64,
+    pub clean_bytes: u64,
+    pub dirty_bytes: u64,
+}
+
+impl Cleanable {
+    /// Dirty bytes over all cleanable bytes.
+    pub fn dirty_ratio(&self) -> f64 {
+        let total = self.clean_bytes + self.dirty_bytes;
+        if total == 0 {
+            0.0
+        } else {
+            self.dirty_bytes as f64 / total as f64
+        }
+    }
+}
+
+/// What one clean did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CleanStats {
+    pub first_dirty: i64,
+    /// The new first dirty offset.
+    pub end: i64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub records_read: u64,
+    pub records_removed: u64,
+    pub tombstones_removed: u64,
+    pub segments_before: usize,
+    pub segments_after: usize,
+}
+
+/// The cleanable range of `log` given the first dirty offset, or `None` when
+/// no whole segment is dirty.
+pub fn cleanable(log: &Log, first_dirty: i64) -> Option<Cleanable> {
+    let config = log.config();
+    if !config.cleanup_policy.compact {
+        return None;
+    }
+    let now = log.now_ms();
+    let hw = log.high_watermark();
+    let start = log.log_start_offset();
+    let first_dirty = first_dirty.max(start);
+    let segs: Vec<Arc<Segment>> = log.read_segments().values().cloned().collect();
+    let mut end = None;
+    for (i, s) in segs.iter().enumerate() {
+        let active = i + 1 == segs.len();
+        let too_young = now - s.largest_timestamp() < config.min_compaction_lag_ms;
+        if active || too_young || s.next_offset() > hw {
+            end = Some(s.base_offset);
+            break;
+        }
+    }
+    let end = end?;
+    let mut c = Cleanable {
+        first_dirty,
+        end,
+        clean_bytes: 0,
+        dirty_bytes: 0,
+    };
+    for s in segs.iter().filter(|s| s.base_offset < end && s.next_offset() > start) {
+        if s.next_offset() <= first_dirty {
+            c.clean_bytes += s.size();
+        } else {
+            c.dirty_bytes += s.size();
+        }
+    }
+    (c.dirty_bytes > 0).then_some(c)
+}
+
+/// Whether `log` should be cleaned now: dirty ratio at least
+/// `min.cleanable.dirty.ratio`, or dirty data older than
+/// `max.compaction.lag.ms`.
+pub fn needs_cleaning(log: &Log, first_dirty: i64) -> Option<Cleanable> {
+    let c = cleanable(log, first_dirty)?;
+    let config = log.config();
+    if c.dirty_ratio() >= config.min_cleanable_dirty_ratio {
+        return Some(c);
+    }
+    let now = log.now_ms();
+    let overdue = log
+        .read_segments()
+        .values()
+        .find(|s| s.next_offset() > c.first_dirty)
+        .is_some_and(|s| s.time_waited_for_roll(now) > config.max_compaction_lag_ms);
+    overdue.then_some(c)
+}
+
+/// Cleans `log` from `first_dirty` if anything is cleanable (ignoring the
+/// dirty ratio: the caller decided). Returns `None` when there was nothing.
+pub fn clean(log: &Log, first_dirty: i64, config: &CleanerConfig) -> Result<Option<CleanStats>> {
+    let Some(range) = cleanable(log, first_dirty) else {
+        return Ok(None);
+    };
+    let (map, end) = build_offset_map(log, &range, config.dedupe_buffer_bytes)?;
+    let range = Cleanable { end, ..range };
+    rewrite::clean_segments(log, &range, &map, config).map(Some)
+}
+
+/// Latest offset per key over the dirty range. When the map would outgrow
+/// `budget`, it stops at a segment boundary and returns a smaller end.
+fn build_offset_map(
+    log: &Log,
+    range: &Cleanable,
+    budget: usize,
+) -> Result<(HashMap<Vec<u8>, i64>, i64)> {
+    let segs: Vec<Arc<Segment>> = log
+        .read_segments()
+        .values()
+        .filter(|s| s.next_offset() > range.first_dirty && s.base_offset < range.end)
+        .cloned()
+        .collect();
+    let mut map: HashMap<Vec<u8>, i64> = HashMap::new();
+    let mut used = 0usize;
+    for (i, seg) in segs.iter().enumerate() {
+        if i > 0 && used >= budget {
+            return Ok((map, seg.base_offset));
+        }
+        for (pos, h) in seg.batch_headers()? {
+            if h.is_control() || h.last_offset() < range.first_dirty {
+                continue;
+            }
+            let bytes = seg.batch_bytes(pos, &h)?;
+            for r in decode_batch(&bytes, decode_limit(&h))?.records {
+                if r.record.offset < range.first_dirty {
+                    continue;
+                }
+                if let Some(k) = r.record.key {
+                    let len = k.len();
+                    if map.insert(k, r.record.offset).is_none() {
+                        used += len + 48;
+                    }
+                }
+            }
+        }
+    }
+    Ok((map, range.end))
+}
+
+#[cfg(test)]
+mod tests;

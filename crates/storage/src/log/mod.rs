@@ -30,6 +30,7 @@ use crate::segment::{Segment, SegmentSettings};
 use crate::TopicPartition;
 
 pub use append::AppendInfo;
+pub(crate) use load::{CLEANED_SUFFIX as CLEANED, SWAP_SUFFIX as SWAP};
 pub use read::{OffsetSpec, ReadInfo, ReadLimit, TimestampOffset};
 
 /// Where the last session left this partition (from the data-folder

@@ -1,0 +1,266 @@
+//! Rewriting segment groups and swapping them in.
+//!
+//! Per group of source segments (contiguous, together no larger than
+//! `segment.bytes`):
+//! 1. write the retained batches to `<base>.log.cleaned` and fsync it;
+//! 2. under the append lock, check the sources are still in the log, rename
+//!    `.log.cleaned` to `.log.swap` (from here the clean is committed);
+//! 3. rename the sources to `.deleted` and unlink them;
+//! 4. rename `.log.swap` to `.log`, open it and rebuild its indexes.
+//!
+//! A crash before 2 leaves a `.cleaned` file that opening deletes; a crash
+//! after 2 leaves a `.swap` file that opening completes (it deletes every
+//! segment the swap covers, then renames it). Either way the log is valid
+//! and holds every latest record.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Arc;
+
+use sluice_protocol::record::batch::HEADER_LEN;
+use sluice_protocol::record::codec::{assemble, decode_batch, BatchFields, ProducerInfo};
+
+use super::{CleanStats, Cleanable, CleanerConfig};
+use crate::checkpoint::sync_dir;
+use crate::error::{IoContext, Result, StorageError};
+use crate::log::Log;
+use crate::segment::{decode_limit, segment_path, Segment, LOG_SUFFIX};
+
+/// Where a simulated crash stops a clean (tests only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// `.log.cleaned` written and synced.
+    AfterCleanedWritten,
+    /// Renamed to `.log.swap`, sources untouched.
+    AfterSwapCreated,
+    /// Sources deleted, swap not yet renamed.
+    AfterSourcesDeleted,
+}
+
+fn crash(config: &CleanerConfig, at: CrashPoint) -> Result<()> {
+    if config.crash_at == Some(at) {
+        return Err(StorageError::Io {
+            path: format!("<simulated crash {at:?}>").into(),
+            source: std::io::Error::other("simulated crash"),
+        });
+    }
+    Ok(())
+}
+
+pub(super) fn clean_segments(
+    log: &Log,
+    range: &Cleanable,
+    map: &HashMap<Vec<u8>, i64>,
+    config: &CleanerConfig,
+) -> Result<CleanStats> {
+    let log_config = log.config();
+    let now = log.now_ms();
+    let delete_horizon = now.saturating_sub(log_config.delete_retention_ms);
+    let sources: Vec<Arc<Segment>> = log
+        .read_segments()
+        .values()
+        .filter(|s| s.base_offset < range.end)
+        .cloned()
+        .collect();
+    let mut stats = CleanStats {
+        first_dirty: range.first_dirty,
+        end: range.end,
+        segments_before: sources.len(),
+        ..CleanStats::default()
+    };
+    for group in group_segments(&sources, log_config.segment_bytes) {
+        stats.bytes_before += group.iter().map(|s| s.size()).sum::<u64>();
+        let base = group[0].base_offset;
+        let cleaned = segment_path(log.dir(), base, LOG_SUFFIX, crate::log::CLEANED);
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&cleaned).at(&cleaned)?);
+        let mut written = 0u64;
+        for seg in &group {
+            for (pos, h) in seg.batch_headers()? {
+                let bytes = seg.batch_bytes(pos, &h)?;
+                let kept = filter_batch(&bytes, map, delete_horizon, &mut stats)?;
+                if let Some(kept) = kept {
+                    out.write_all(&kept).at(&cleaned)?;
+                    written += kept.len() as u64;
+                }
+            }
+        }
+        let file = out.into_inner().map_err(|e| StorageError::Io {
+            path: cleaned.clone(),
+            source: e.into_error(),
+        })?;
+        file.sync_all().at(&cleaned)?;
+        drop(file);
+        crash(config, CrashPoint::AfterCleanedWritten)?;
+        let swapped = if written == 0 {
+            // Nothing survives: drop the sources, oldest first, so a crash
+            // midway leaves only newer records behind.
+            std::fs::remove_file(&cleaned).at(&cleaned)?;
+            remove_group(log, &group)?
+        } else {
+            swap_in(log, &group, base, written, config)?
+        };
+        if !swapped && written > 0 {
+            std::fs::remove_file(&cleaned).at(&cleaned)?;
+            tracing::info!(partition = %log.topic_partition(), "log changed during cleaning; group skipped");
+        }
+        stats.bytes_after += written;
+    }
+    stats.segments_after = log
+        .read_segments()
+        .keys()
+        .filter(|&&b| b < range.end)
+        .count();
+    tracing::info!(
+        partition = %log.topic_partition(),
+        first_dirty = stats.first_dirty, end = stats.end,
+        bytes_before = stats.bytes_before, bytes_after = stats.bytes_after,
+        removed = stats.records_removed, "cleaned log"
+    );
+    Ok(stats)
+}
+
+/// Contiguous groups that fit one segment and 32-bit relative offsets.
+fn group_segments(segs: &[Arc<Segment>], max_bytes: u64) -> Vec<Vec<Arc<Segment>>> {
+    let mut groups: Vec<Vec<Arc<Segment>>> = Vec::new();
+    let mut size = 0u64;
+    for s in segs {
+        let fits = groups.last().is_some_and(|g| {
+            size + s.size() <= max_bytes
+                && s.next_offset() - g[0].base_offset <= i64::from(i32::MAX)
+        });
+        if fits {
+            if let Some(g) = groups.last_mut() {
+                g.push(Arc::clone(s));
+            }
+            size += s.size();
+        } else {
+            groups.push(vec![Arc::clone(s)]);
+            size = s.size();
+        }
+    }
+    groups
+}
+
+/// The retained part of one batch: the same bytes when every record stays,
+/// a rebuilt batch (same base offset, last offset delta and codec) when
+/// some go, `None` when all go.
+fn filter_batch(
+    bytes: &[u8],
+    map: &HashMap<Vec<u8>, i64>,
+    delete_horizon: i64,
+    stats: &mut CleanStats,
+) -> Result<Option<Vec<u8>>> {
+    let h = sluice_protocol::record::BatchHeader::parse(bytes)?;
+    if h.is_control() {
+        return Ok(Some(bytes.to_vec()));
+    }
+    let decoded = decode_batch(bytes, decode_limit(&h))?;
+    let total = decoded.records.len();
+    stats.records_read += total as u64;
+    let mut kept_raw = Vec::with_capacity(decoded.payload.len());
+    let mut kept = 0i32;
+    let mut max_ts = -1i64;
+    for r in &decoded.records {
+        let rec = &r.record;
+        let Some(key) = &rec.key else {
+            // A compacted topic cannot hold keyless records; Kafka drops them.
+            stats.records_removed += 1;
+            continue;
+        };
+        if map.get(key).is_some_and(|&latest| latest > rec.offset) {
+            stats.records_removed += 1;
+            continue;
+        }
+        if rec.value.is_none() && h.max_timestamp < delete_horizon {
+            stats.records_removed += 1;
+            stats.tombstones_removed += 1;
+            continue;
+        }
+        kept_raw.extend_from_slice(&decoded.payload[r.raw.clone()]);
+        kept += 1;
+        max_ts = max_ts.max(rec.timestamp);
+    }
+    if kept as usize == total {
+        return Ok(Some(bytes.to_vec()));
+    }
+    if kept == 0 {
+        return Ok(None);
+    }
+    let max_timestamp = match h.timestamp_type() {
+        sluice_protocol::record::TimestampType::LogAppendTime => h.max_timestamp,
+        sluice_protocol::record::TimestampType::CreateTime => max_ts,
+    };
+    let fields = BatchFields {
+        base_offset: h.base_offset,
+        partition_leader_epoch: h.partition_leader_epoch,
+        attributes: h.attributes,
+        last_offset_delta: h.last_offset_delta,
+        base_timestamp: h.base_timestamp,
+        max_timestamp,
+        producer: ProducerInfo {
+            producer_id: h.producer_id,
+            producer_epoch: h.producer_epoch,
+            base_sequence: h.base_sequence,
+        },
+        records_count: kept,
+    };
+    let rebuilt = assemble(&fields, h.compression()?, &kept_raw)?;
+    debug_assert!(rebuilt.len() >= HEADER_LEN);
+    Ok(Some(rebuilt))
+}
+
+fn still_there(log: &Log, group: &[Arc<Segment>]) -> bool {
+    let segs = log.read_segments();
+    group
+        .iter()
+        .all(|s| segs.get(&s.base_offset).is_some_and(|c| Arc::ptr_eq(c, s)))
+}
+
+fn remove_group(log: &Log, group: &[Arc<Segment>]) -> Result<bool> {
+    let _w = log.writer();
+    log.check_online()?;
+    if !still_there(log, group) {
+        return Ok(false);
+    }
+    log.remove_segments(group)?;
+    Ok(true)
+}
+
+/// Steps 2-4 under the append lock. False when the sources are no longer
+/// all in the log (retention or truncation got there first).
+fn swap_in(
+    log: &Log,
+    group: &[Arc<Segment>],
+    base: i64,
+    written: u64,
+    config: &CleanerConfig,
+) -> Result<bool> {
+    let _w = log.writer();
+    log.check_online()?;
+    if !still_there(log, group) {
+        return Ok(false);
+    }
+    let dir = log.dir().to_path_buf();
+    let cleaned = segment_path(&dir, base, LOG_SUFFIX, crate::log::CLEANED);
+    let swap = segment_path(&dir, base, LOG_SUFFIX, crate::log::SWAP);
+    std::fs::rename(&cleaned, &swap).at(&swap)?;
+    sync_dir(&dir)?;
+    crash(config, CrashPoint::AfterSwapCreated)?;
+    log.remove_segments(group)?;
+    crash(config, CrashPoint::AfterSourcesDeleted)?;
+    let target = segment_path(&dir, base, LOG_SUFFIX, "");
+    std::fs::rename(&swap, &target).at(&target)?;
+    sync_dir(&dir)?;
+    let settings = log.settings();
+    let seg = Segment::open(&dir, base, settings, true, log.now_ms())
+        .and_then(|s| {
+            let c = log.config();
+            s.recover(c.index_interval_bytes, c.max_message_bytes)?;
+            s.seal()?;
+            Ok(s)
+        })
+        .map_err(|e| log.go_offline(e))?;
+    debug_assert_eq!(seg.size(), written);
+    log.write_segments().insert(base, Arc::new(seg));
+    Ok(true)
+}
