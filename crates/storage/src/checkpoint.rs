@@ -80,7 +80,10 @@ pub fn read_lines(path: &Path) -> Result<Option<Vec<String>>> {
     if entries.len() != count {
         return Err(bad_file(
             path,
-            format!("checkpoint says {count} entries but holds {}", entries.len()),
+            format!(
+                "checkpoint says {count} entries but holds {}",
+                entries.len()
+            ),
         ));
     }
     Ok(Some(entries))
@@ -103,7 +106,10 @@ pub fn read_offsets(path: &Path) -> Result<BTreeMap<TopicPartition, i64>> {
         let (Some(topic), Some(p), Some(o), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            return Err(bad_file(path, format!("malformed checkpoint entry {line:?}")));
+            return Err(bad_file(
+                path,
+                format!("malformed checkpoint entry {line:?}"),
+            ));
         };
         let partition = p
             .parse()

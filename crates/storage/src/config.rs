@@ -192,13 +192,7 @@ impl LogConfig {
                 self.message_timestamp_type = match value.trim() {
                     "CreateTime" => TimestampType::CreateTime,
                     "LogAppendTime" => TimestampType::LogAppendTime,
-                    _ => {
-                        return Err(invalid(
-                            key,
-                            value,
-                            "must be CreateTime or LogAppendTime",
-                        ))
-                    }
+                    _ => return Err(invalid(key, value, "must be CreateTime or LogAppendTime")),
                 }
             }
             "cleanup.policy" => {
@@ -237,7 +231,10 @@ impl LogConfig {
         m.insert("delete.retention.ms", self.delete_retention_ms.to_string());
         m.insert("flush.messages", self.flush_messages.to_string());
         m.insert("flush.ms", self.flush_ms.to_string());
-        m.insert("index.interval.bytes", self.index_interval_bytes.to_string());
+        m.insert(
+            "index.interval.bytes",
+            self.index_interval_bytes.to_string(),
+        );
         m.insert(
             "max.compaction.lag.ms",
             self.max_compaction_lag_ms.to_string(),

@@ -119,7 +119,8 @@ mod tests {
         c.truncate_from_start(12);
         assert_eq!(c.entries(), &[(2, 12)]);
         c.flush().expect("flush");
-        let text = std::fs::read_to_string(dir.path().join("leader-epoch-checkpoint")).expect("read");
+        let text =
+            std::fs::read_to_string(dir.path().join("leader-epoch-checkpoint")).expect("read");
         assert_eq!(text, "0\n1\n2 12\n");
         let c = LeaderEpochCache::load(dir.path()).expect("reload");
         assert_eq!(c.entries(), &[(2, 12)]);

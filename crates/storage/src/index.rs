@@ -162,6 +162,7 @@ impl<E: Entry> IndexFile<E> {
         self.len() >= self.capacity.load(Ordering::Acquire)
     }
 
+    #[cfg(test)]
     pub(crate) fn max_entries(&self) -> usize {
         self.capacity.load(Ordering::Acquire)
     }

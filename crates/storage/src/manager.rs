@@ -1,5 +1,521 @@
-//! placeholder
+//! The LogManager: every partition log of one data folder (Kafka's
+//! `LogManager`).
+//!
+//! It owns the data-folder files — `meta.properties` (format version),
+//! `.lock` (one process per folder), the clean-shutdown marker
+//! `.kafka_cleanshutdown`, and the checkpoints `recovery-point-offset-checkpoint`,
+//! `log-start-offset-checkpoint`, `replication-offset-checkpoint`,
+//! `cleaner-offset-checkpoint` — opens all partitions in parallel at start,
+//! and runs retention, time-based flushing, checkpointing and the cleaner on
+//! background threads.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::checkpoint::{
+    self, CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+};
+use crate::cleaner::{self, CleanStats, CleanerConfig};
+use crate::clock::{Clock, SystemClock};
+use crate::config::LogConfig;
+use crate::error::{bad_file, IoContext, Result, StorageError};
+use crate::log::{Log, LogOpenOptions};
+use crate::TopicPartition;
+
+/// Name of the clean-shutdown marker in the data folder.
+pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
+/// Name of the format file in the data folder.
+pub const META_PROPERTIES: &str = "meta.properties";
+/// Suffix of partition folders being deleted.
+const DELETE_DIR_SUFFIX: &str = "-delete";
+/// Data-folder format versions this build reads (`version=` in
+/// meta.properties, as Kafka: 0 for ZooKeeper-era folders, 1 for KRaft).
+const SUPPORTED_VERSIONS: &[&str] = &["0", "1"];
+
+/// Settings of a LogManager (Kafka's `log.*` server configs).
+#[derive(Debug, Clone)]
+pub struct ManagerConfig {
+    /// The data folder (`log.dirs`; one folder).
+    pub log_dir: PathBuf,
+    /// Topic config defaults for logs without overrides.
+    pub default_config: LogConfig,
+    /// `num.recovery.threads.per.data.dir`
+    pub recovery_threads: usize,
+    /// `log.retention.check.interval.ms`
+    pub retention_check_interval_ms: u64,
+    /// `log.flush.scheduler.interval.ms` (how often `flush.ms` is checked)
+    pub flush_check_interval_ms: u64,
+    /// `log.flush.offset.checkpoint.interval.ms`
+    pub checkpoint_interval_ms: u64,
+    /// `log.cleaner.enable`
+    pub cleaner_enable: bool,
+    /// `log.cleaner.backoff.ms`
+    pub cleaner_backoff_ms: u64,
+    pub cleaner: CleanerConfig,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl ManagerConfig {
+    /// Kafka's defaults for a data folder.
+    pub fn new(log_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            log_dir: log_dir.into(),
+            default_config: LogConfig::default(),
+            recovery_threads: 2,
+            retention_check_interval_ms: 300_000,
+            flush_check_interval_ms: 1_000,
+            checkpoint_interval_ms: 60_000,
+            cleaner_enable: true,
+            cleaner_backoff_ms: 15_000,
+            cleaner: CleanerConfig::default(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// All partition logs of one data folder.
 #[derive(Debug)]
-pub struct LogManager;
-#[derive(Debug)]
-pub struct ManagerConfig;
+pub struct LogManager {
+    config: ManagerConfig,
+    logs: RwLock<BTreeMap<TopicPartition, Arc<Log>>>,
+    first_dirty: Mutex<BTreeMap<TopicPartition, i64>>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    clean_start: bool,
+    _lock: std::fs::File,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl LogManager {
+    /// Opens the data folder with the default topic config for every log.
+    pub fn open(config: ManagerConfig) -> Result<Arc<Self>> {
+        let defaults = config.default_config.clone();
+        Self::open_with(config, &move |_| defaults.clone())
+    }
+
+    /// Opens the data folder; `config_for` gives each partition's config.
+    pub fn open_with(
+        config: ManagerConfig,
+        config_for: &(dyn Fn(&TopicPartition) -> LogConfig + Sync),
+    ) -> Result<Arc<Self>> {
+        let dir = config.log_dir.clone();
+        std::fs::create_dir_all(&dir).at(&dir)?;
+        let lock_file = lock_folder(&dir)?;
+        check_meta_properties(&dir)?;
+        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean = marker.exists();
+        let recovery = checkpoint::read_offsets(&dir.join(RECOVERY_POINT_CHECKPOINT))?;
+        let starts = checkpoint::read_offsets(&dir.join(LOG_START_OFFSET_CHECKPOINT))?;
+        let hws = checkpoint::read_offsets(&dir.join(REPLICATION_OFFSET_CHECKPOINT))?;
+        let first_dirty = checkpoint::read_offsets(&dir.join(CLEANER_OFFSET_CHECKPOINT))?;
+
+        let mut todo = Vec::new();
+        for entry in std::fs::read_dir(&dir).at(&dir)? {
+            let entry = entry.at(&dir)?;
+            let path = entry.path();
+            if !path.is_dir() {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(DELETE_DIR_SUFFIX) {
+                std::fs::remove_dir_all(&path).at(&path)?;
+                continue;
+            }
+            let Some(tp) = TopicPartition::from_dir_name(&name) else {
+                return Err(bad_file(&path, "folder name is not <topic>-<partition>"));
+            };
+            todo.push((tp, path));
+        }
+        let started = Instant::now();
+        let opened = open_parallel(&todo, config.recovery_threads.max(1), |tp, path| {
+            let opts = LogOpenOptions {
+                recovery_point: recovery.get(tp).copied().unwrap_or(0),
+                log_start_offset: starts.get(tp).copied().unwrap_or(0),
+                high_watermark: hws.get(tp).copied().unwrap_or(0),
+                clean_shutdown: clean,
+            };
+            Log::open(
+                path,
+                tp.clone(),
+                config_for(tp),
+                opts,
+                Arc::clone(&config.clock),
+            )
+        })?;
+        tracing::info!(
+            dir = %dir.display(), partitions = opened.len(), clean_shutdown = clean,
+            elapsed_ms = started.elapsed().as_millis() as u64, "loaded logs"
+        );
+        // From here on a crash is an unclean shutdown.
+        if clean {
+            std::fs::remove_file(&marker).at(&marker)?;
+            checkpoint::sync_dir(&dir)?;
+        }
+        let logs = opened
+            .into_iter()
+            .map(|l| (l.topic_partition().clone(), Arc::new(l)))
+            .collect();
+        Ok(Arc::new(Self {
+            config,
+            logs: RwLock::new(logs),
+            first_dirty: Mutex::new(first_dirty),
+            stop: Arc::new((Mutex::new(false), Condvar::new())),
+            threads: Mutex::new(Vec::new()),
+            clean_start: clean,
+            _lock: lock_file,
+        }))
+    }
+
+    /// The data folder.
+    pub fn dir(&self) -> &Path {
+        &self.config.log_dir
+    }
+
+    /// Whether the folder was shut down cleanly last time.
+    pub fn had_clean_shutdown(&self) -> bool {
+        self.clean_start
+    }
+
+    pub fn get(&self, tp: &TopicPartition) -> Option<Arc<Log>> {
+        self.logs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tp)
+            .cloned()
+    }
+
+    /// Every log, in topic-partition order.
+    pub fn logs(&self) -> Vec<Arc<Log>> {
+        self.logs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The log of `tp`, created with `config` if it does not exist.
+    pub fn get_or_create(&self, tp: &TopicPartition, config: LogConfig) -> Result<Arc<Log>> {
+        if let Some(l) = self.get(tp) {
+            return Ok(l);
+        }
+        let mut logs = self.logs.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = logs.get(tp) {
+            return Ok(Arc::clone(l));
+        }
+        let path = self.config.log_dir.join(tp.dir_name());
+        let log = Arc::new(Log::open(
+            &path,
+            tp.clone(),
+            config,
+            LogOpenOptions::default(),
+            Arc::clone(&self.config.clock),
+        )?);
+        checkpoint::sync_dir(&self.config.log_dir)?;
+        logs.insert(tp.clone(), Arc::clone(&log));
+        Ok(log)
+    }
+
+    /// Deletes a partition: its folder is renamed `<tp>.<id>-delete` (so a
+    /// crash finishes the job at the next start) and removed.
+    pub fn delete(&self, tp: &TopicPartition) -> Result<bool> {
+        let Some(log) = self
+            .logs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(tp)
+        else {
+            return Ok(false);
+        };
+        lock(&self.first_dirty).remove(tp);
+        let id = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let doomed = self
+            .config
+            .log_dir
+            .join(format!("{}.{id:x}{DELETE_DIR_SUFFIX}", tp.dir_name()));
+        std::fs::rename(log.dir(), &doomed).at(log.dir())?;
+        checkpoint::sync_dir(&self.config.log_dir)?;
+        std::fs::remove_dir_all(&doomed).at(&doomed)?;
+        Ok(true)
+    }
+
+    /// One retention pass over every log; returns segments deleted.
+    pub fn run_retention(&self) -> usize {
+        let mut deleted = 0;
+        for log in self.logs() {
+            match log.delete_old_segments() {
+                Ok(n) => deleted += n,
+                Err(e) => {
+                    tracing::error!(partition = %log.topic_partition(), error = %e, "retention failed")
+                }
+            }
+        }
+        deleted
+    }
+
+    /// Flushes logs whose `flush.ms` elapsed, and logs whose rolled
+    /// segments are not yet on disk (Kafka flushes a segment when it rolls).
+    pub fn flush_due(&self) {
+        for log in self.logs() {
+            if log.is_offline() {
+                continue;
+            }
+            let config = log.config();
+            let by_time =
+                config.flush_ms < i64::MAX && log.ms_since_last_flush() >= config.flush_ms;
+            let rolled = log
+                .segment_base_offsets()
+                .last()
+                .is_some_and(|&active| log.recovery_point() < active);
+            if by_time || rolled {
+                if let Err(e) = log.flush() {
+                    tracing::error!(partition = %log.topic_partition(), error = %e, "flush failed");
+                }
+            }
+        }
+    }
+
+    /// Writes the recovery point, log start offset and high watermark
+    /// checkpoints.
+    pub fn checkpoint(&self) -> Result<()> {
+        let logs = self.logs();
+        let collect = |f: &dyn Fn(&Log) -> i64| -> BTreeMap<TopicPartition, i64> {
+            logs.iter()
+                .map(|l| (l.topic_partition().clone(), f(l)))
+                .collect()
+        };
+        let dir = &self.config.log_dir;
+        checkpoint::write_offsets(
+            &dir.join(RECOVERY_POINT_CHECKPOINT),
+            &collect(&|l| l.recovery_point()),
+        )?;
+        checkpoint::write_offsets(
+            &dir.join(LOG_START_OFFSET_CHECKPOINT),
+            &collect(&|l| l.log_start_offset()),
+        )?;
+        checkpoint::write_offsets(
+            &dir.join(REPLICATION_OFFSET_CHECKPOINT),
+            &collect(&|l| l.high_watermark()),
+        )?;
+        Ok(())
+    }
+
+    /// Cleans the dirtiest compacted log that needs it; returns what was done.
+    pub fn clean_once(&self) -> Result<Option<(TopicPartition, CleanStats)>> {
+        let dirty = lock(&self.first_dirty).clone();
+        let mut best: Option<(f64, Arc<Log>, i64)> = None;
+        for log in self.logs() {
+            if log.is_offline() {
+                continue;
+            }
+            let first = dirty.get(log.topic_partition()).copied().unwrap_or(0);
+            if let Some(c) = cleaner::needs_cleaning(&log, first) {
+                if best.as_ref().is_none_or(|(r, _, _)| c.dirty_ratio() > *r) {
+                    best = Some((c.dirty_ratio(), log, first));
+                }
+            }
+        }
+        let Some((_, log, first)) = best else {
+            return Ok(None);
+        };
+        let Some(stats) = cleaner::clean(&log, first, &self.config.cleaner)? else {
+            return Ok(None);
+        };
+        let tp = log.topic_partition().clone();
+        let snapshot = {
+            let mut d = lock(&self.first_dirty);
+            d.insert(tp.clone(), stats.end);
+            d.clone()
+        };
+        checkpoint::write_offsets(
+            &self.config.log_dir.join(CLEANER_OFFSET_CHECKPOINT),
+            &snapshot,
+        )?;
+        Ok(Some((tp, stats)))
+    }
+
+    /// Starts the scheduler (retention, flush, checkpoints) and, when
+    /// enabled, the cleaner thread.
+    pub fn start_background(self: &Arc<Self>) {
+        let mut threads = lock(&self.threads);
+        let me = Arc::clone(self);
+        threads.push(spawn("sluice-log-scheduler", move || me.scheduler_loop()));
+        if self.config.cleaner_enable {
+            let me = Arc::clone(self);
+            threads.push(spawn("sluice-log-cleaner", move || me.cleaner_loop()));
+        }
+    }
+
+    /// Waits up to `ms`; true when shutdown was requested.
+    fn wait_stop(&self, ms: u64) -> bool {
+        let (m, cv) = &*self.stop;
+        let guard = lock(m);
+        let (guard, _) = cv
+            .wait_timeout_while(guard, Duration::from_millis(ms), |stop| !*stop)
+            .unwrap_or_else(|p| p.into_inner());
+        *guard
+    }
+
+    fn scheduler_loop(&self) {
+        let c = &self.config;
+        let tick = c
+            .flush_check_interval_ms
+            .min(c.retention_check_interval_ms)
+            .max(10);
+        let mut next_retention =
+            Instant::now() + Duration::from_millis(c.retention_check_interval_ms);
+        let mut next_checkpoint = Instant::now() + Duration::from_millis(c.checkpoint_interval_ms);
+        while !self.wait_stop(tick) {
+            self.flush_due();
+            let now = Instant::now();
+            if now >= next_retention {
+                self.run_retention();
+                next_retention = now + Duration::from_millis(c.retention_check_interval_ms);
+            }
+            if now >= next_checkpoint {
+                if let Err(e) = self.checkpoint() {
+                    tracing::error!(error = %e, "writing checkpoints failed");
+                }
+                next_checkpoint = now + Duration::from_millis(c.checkpoint_interval_ms);
+            }
+        }
+    }
+
+    fn cleaner_loop(&self) {
+        loop {
+            let backoff = match self.clean_once() {
+                Ok(Some(_)) => 0,
+                Ok(None) => self.config.cleaner_backoff_ms,
+                Err(e) => {
+                    tracing::error!(error = %e, "log cleaning failed");
+                    self.config.cleaner_backoff_ms
+                }
+            };
+            if self.wait_stop(backoff.max(1)) {
+                return;
+            }
+        }
+    }
+
+    /// Stops background work, closes every log (flush, trim indexes),
+    /// writes the checkpoints and the clean-shutdown marker.
+    pub fn shutdown(&self) -> Result<()> {
+        {
+            let (m, cv) = &*self.stop;
+            *lock(m) = true;
+            cv.notify_all();
+        }
+        for t in lock(&self.threads).drain(..) {
+            let _ = t.join();
+        }
+        let mut clean = true;
+        for log in self.logs() {
+            if log.is_offline() {
+                clean = false;
+                continue;
+            }
+            if let Err(e) = log.close() {
+                tracing::error!(partition = %log.topic_partition(), error = %e, "closing log failed");
+                clean = false;
+            }
+        }
+        self.checkpoint()?;
+        if clean {
+            let marker = self.config.log_dir.join(CLEAN_SHUTDOWN_FILE);
+            std::fs::write(&marker, b"{\"version\":0,\"brokerEpoch\":-1}").at(&marker)?;
+            checkpoint::sync_dir(&self.config.log_dir)?;
+        }
+        tracing::info!(dir = %self.config.log_dir.display(), clean, "log manager shut down");
+        Ok(())
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    match std::thread::Builder::new().name(name.to_string()).spawn(f) {
+        Ok(h) => h,
+        Err(e) => panic!("cannot start thread {name}: {e}"),
+    }
+}
+
+/// Opens partitions on `threads` threads; the first error wins.
+fn open_parallel(
+    todo: &[(TopicPartition, PathBuf)],
+    threads: usize,
+    open: impl Fn(&TopicPartition, &Path) -> Result<Log> + Sync,
+) -> Result<Vec<Log>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Mutex<Vec<Result<Log>>> = Mutex::new(Vec::with_capacity(todo.len()));
+    std::thread::scope(|s| {
+        for _ in 0..threads.min(todo.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((tp, path)) = todo.get(i) else { break };
+                let r = open(tp, path);
+                lock(&results).push(r);
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .collect()
+}
+
+/// Takes an exclusive `flock` on `<dir>/.lock` so two processes never share
+/// a data folder.
+fn lock_folder(dir: &Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join(".lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .at(&path)?;
+    // SAFETY: flock on a file descriptor we own.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(bad_file(&path, "data folder is in use by another process"));
+    }
+    Ok(f)
+}
+
+/// Checks `meta.properties` (when present) names a format this build reads;
+/// writes `version=1` when the folder has none.
+fn check_meta_properties(dir: &Path) -> Result<()> {
+    let path = dir.join(META_PROPERTIES);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::write(&path, "version=1\n").at(&path)?;
+            return Ok(());
+        }
+        Err(e) => return Err(StorageError::Io { path, source: e }),
+    };
+    let version = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix("version="))
+        .ok_or_else(|| bad_file(&path, "no version= line"))?;
+    if !SUPPORTED_VERSIONS.contains(&version.trim()) {
+        return Err(bad_file(
+            &path,
+            format!("unknown data folder format version {version} (supported: 0, 1)"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

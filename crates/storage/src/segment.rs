@@ -62,7 +62,6 @@ impl FileRegion {
 /// What a segment scan found: a valid prefix and why it stopped.
 #[derive(Debug)]
 pub(crate) struct ScanOutcome {
-    pub valid_bytes: u64,
     pub truncated_bytes: u64,
     pub problem: Option<String>,
 }
@@ -90,7 +89,6 @@ pub(crate) struct Segment {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SegmentSettings {
     pub index_bytes: u64,
-    pub index_interval: u64,
 }
 
 impl Segment {
@@ -117,7 +115,15 @@ impl Segment {
             .truncate(true)
             .open(&log_path)
             .at(&log_path)?;
-        Self::assemble(dir, base_offset, log_path, file, 0, Some(s.index_bytes), now_ms)
+        Self::assemble(
+            dir,
+            base_offset,
+            log_path,
+            file,
+            0,
+            Some(s.index_bytes),
+            now_ms,
+        )
     }
 
     /// Opens an existing segment. `writable` preallocates the indexes so the
@@ -407,7 +413,6 @@ impl Segment {
         }
         self.size.store(pos, Ordering::Release);
         Ok(ScanOutcome {
-            valid_bytes: pos,
             truncated_bytes: truncated,
             problem,
         })
@@ -535,9 +540,10 @@ impl Segment {
         ts: i64,
         start_offset: i64,
     ) -> Result<Option<(i64, i64)>> {
-        let rel = self.time_index.lookup(ts).map_or(0, |e| {
-            i64::from(e.relative_offset)
-        });
+        let rel = self
+            .time_index
+            .lookup(ts)
+            .map_or(0, |e| i64::from(e.relative_offset));
         let from = (self.base_offset + rel).max(start_offset);
         let limit = self.size();
         let mut pos = match self.translate(from)? {

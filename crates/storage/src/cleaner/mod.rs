@@ -112,7 +112,10 @@ pub fn cleanable(log: &Log, first_dirty: i64) -> Option<Cleanable> {
         clean_bytes: 0,
         dirty_bytes: 0,
     };
-    for s in segs.iter().filter(|s| s.base_offset < end && s.next_offset() > start) {
+    for s in segs
+        .iter()
+        .filter(|s| s.base_offset < end && s.next_offset() > start)
+    {
         if s.next_offset() <= first_dirty {
             c.clean_bytes += s.size();
         } else {

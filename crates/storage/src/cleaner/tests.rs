@@ -89,9 +89,7 @@ fn read_all(log: &Log) -> Vec<(i64, String, Option<String>)> {
                     out.push((
                         r.record.offset,
                         String::from_utf8(r.record.key.expect("key")).expect("utf8"),
-                        r.record
-                            .value
-                            .map(|v| String::from_utf8(v).expect("utf8")),
+                        r.record.value.map(|v| String::from_utf8(v).expect("utf8")),
                     ));
                 }
             }
@@ -108,7 +106,11 @@ fn read_all(log: &Log) -> Vec<(i64, String, Option<String>)> {
 /// The expected survivors: below `end`, only the last write of each key
 /// before `end` (the offset map covers the cleaned range only); everything
 /// at or after `end` untouched.
-fn expected(writes: &Writes, end: i64, drop_tombstones: bool) -> Vec<(i64, String, Option<String>)> {
+fn expected(
+    writes: &Writes,
+    end: i64,
+    drop_tombstones: bool,
+) -> Vec<(i64, String, Option<String>)> {
     let mut latest: BTreeMap<&str, i64> = BTreeMap::new();
     for (o, k, _) in writes.iter().filter(|w| w.0 < end) {
         latest.insert(k, *o);
@@ -136,7 +138,10 @@ fn keeps_latest_per_key_with_original_offsets_in_every_codec() {
     let stats = clean(&log, 0, &CleanerConfig::default())
         .expect("clean")
         .expect("something to clean");
-    assert_eq!(stats.end, active_base, "the active segment is never cleaned");
+    assert_eq!(
+        stats.end, active_base,
+        "the active segment is never cleaned"
+    );
     assert!(stats.records_removed > 0);
     assert!(log.size_in_bytes() < before);
     let got = read_all(&log);

@@ -73,9 +73,7 @@ impl Log {
             .map_err(|e| self.go_offline(e))?;
         self.log_end_offset.store(next, Ordering::Release);
         if lock(&self.epochs).assign(leader_epoch, base_offset) {
-            lock(&self.epochs)
-                .flush()
-                .map_err(|e| self.go_offline(e))?;
+            lock(&self.epochs).flush().map_err(|e| self.go_offline(e))?;
         }
         let unflushed = self
             .unflushed_messages

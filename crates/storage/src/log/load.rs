@@ -36,12 +36,16 @@ fn parse_base(stem: &str) -> Option<i64> {
 
 /// Splits `name` into (base offset, segment suffix, extra suffix).
 fn classify(name: &str) -> Option<(&str, &'static str, &str)> {
-    for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex", ".snapshot"] {
+    for suffix in [
+        LOG_SUFFIX,
+        INDEX_SUFFIX,
+        TIME_INDEX_SUFFIX,
+        ".txnindex",
+        ".snapshot",
+    ] {
         if let Some(at) = name.find(suffix) {
             let extra = &name[at + suffix.len()..];
-            if extra.is_empty()
-                || [DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX].contains(&extra)
-            {
+            if extra.is_empty() || [DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX].contains(&extra) {
                 return Some((&name[..at], suffix, extra));
             }
         }
@@ -62,7 +66,6 @@ impl Log {
         let now = clock.now_ms();
         let settings = crate::segment::SegmentSettings {
             index_bytes: config.segment_index_bytes,
-            index_interval: config.index_interval_bytes,
         };
         let bases = prepare_folder(dir)?;
 
@@ -135,7 +138,9 @@ impl Log {
             .values()
             .next_back()
             .map_or(first_base, |s| s.next_offset());
-        let log_start = opts.log_start_offset.clamp(first_base, log_end.max(first_base));
+        let log_start = opts
+            .log_start_offset
+            .clamp(first_base, log_end.max(first_base));
         let recovery_point = if opts.clean_shutdown {
             log_end
         } else {

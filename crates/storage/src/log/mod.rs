@@ -186,15 +186,10 @@ impl Log {
         self.clock.now_ms()
     }
 
-    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
-        &self.clock
-    }
-
     pub(crate) fn settings(&self) -> SegmentSettings {
         let c = self.config();
         SegmentSettings {
             index_bytes: c.segment_index_bytes,
-            index_interval: c.index_interval_bytes,
         }
     }
 
@@ -225,7 +220,10 @@ impl Log {
         }
         let segs: Vec<Arc<Segment>> = {
             let segs = self.read_segments();
-            let first = segs.range(..=from).next_back().map_or(i64::MIN, |(b, _)| *b);
+            let first = segs
+                .range(..=from)
+                .next_back()
+                .map_or(i64::MIN, |(b, _)| *b);
             segs.range(first..).map(|(_, s)| Arc::clone(s)).collect()
         };
         for s in segs {

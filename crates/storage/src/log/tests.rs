@@ -214,11 +214,15 @@ fn list_offsets_by_time_and_max_timestamp() {
         .expect("some");
     assert_eq!((max.offset, max.timestamp), (79, T0 + 3_901));
     assert_eq!(
-        log.fetch_offset(OffsetSpec::Earliest).expect("e").map(|t| t.offset),
+        log.fetch_offset(OffsetSpec::Earliest)
+            .expect("e")
+            .map(|t| t.offset),
         Some(0)
     );
     assert_eq!(
-        log.fetch_offset(OffsetSpec::Latest).expect("l").map(|t| t.offset),
+        log.fetch_offset(OffsetSpec::Latest)
+            .expect("l")
+            .map(|t| t.offset),
         Some(81)
     );
 }
@@ -257,7 +261,7 @@ fn reopen_after_clean_close_and_after_crash() {
     }
     let active = log.active_segment().log_path();
     drop(log); // no close: a crash
-    // Tear the tail: cut the last batch in half.
+               // Tear the tail: cut the last batch in half.
     let len = std::fs::metadata(&active).expect("meta").len();
     let f = std::fs::OpenOptions::new()
         .write(true)

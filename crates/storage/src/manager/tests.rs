@@ -1,0 +1,200 @@
+//! LogManager tests: data-folder files, parallel open, clean and unclean
+//! restarts, background work.
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::config::CleanupPolicy;
+use crate::log::ReadLimit;
+use sluice_protocol::record::{BatchBuilder, Compression, Record};
+
+const T0: i64 = 1_700_000_000_000;
+
+fn batch(key: &str, value: Option<&str>, ts: i64) -> Vec<u8> {
+    let mut b = BatchBuilder::new(Compression::None, ts);
+    b.push(Record::new(
+        Some(key.as_bytes().to_vec()),
+        value.map(|v| v.as_bytes().to_vec()),
+        ts,
+    ));
+    b.build(0).expect("build")
+}
+
+fn config(dir: &Path, clock: &Arc<ManualClock>) -> ManagerConfig {
+    ManagerConfig {
+        clock: clock.clone(),
+        default_config: LogConfig {
+            segment_bytes: 1024,
+            ..LogConfig::default()
+        },
+        ..ManagerConfig::new(dir)
+    }
+}
+
+fn fill(m: &LogManager, topics: &[&str], partitions: i32, n: usize) {
+    for t in topics {
+        for p in 0..partitions {
+            let log = m
+                .get_or_create(&TopicPartition::new(*t, p), m.config.default_config.clone())
+                .expect("create");
+            for i in 0..n {
+                log.append_as_leader(&mut batch(&format!("k{i}"), Some("v"), T0), 0)
+                    .expect("append");
+            }
+            log.set_high_watermark(log.log_end_offset());
+        }
+    }
+}
+
+#[test]
+fn clean_restart_keeps_everything_and_writes_kafka_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config(dir.path(), &clock)).expect("open");
+    assert!(!m.had_clean_shutdown());
+    fill(&m, &["orders", "a.b-c"], 3, 40);
+    m.shutdown().expect("shutdown");
+    drop(m);
+    for f in [
+        CLEAN_SHUTDOWN_FILE,
+        META_PROPERTIES,
+        RECOVERY_POINT_CHECKPOINT,
+        LOG_START_OFFSET_CHECKPOINT,
+        REPLICATION_OFFSET_CHECKPOINT,
+    ] {
+        assert!(dir.path().join(f).exists(), "{f}");
+    }
+    let rp = std::fs::read_to_string(dir.path().join(RECOVERY_POINT_CHECKPOINT)).expect("read");
+    assert!(rp.starts_with("0\n6\n"), "{rp}");
+    assert!(rp.contains("a.b-c 2 40\n"), "{rp}");
+    assert!(dir
+        .path()
+        .join("a.b-c-2")
+        .join("00000000000000000000.log")
+        .exists());
+
+    let m = LogManager::open(config(dir.path(), &clock)).expect("reopen");
+    assert!(m.had_clean_shutdown());
+    assert!(
+        !dir.path().join(CLEAN_SHUTDOWN_FILE).exists(),
+        "marker consumed"
+    );
+    assert_eq!(m.logs().len(), 6);
+    for log in m.logs() {
+        assert_eq!(log.log_end_offset(), 40);
+        assert_eq!(log.high_watermark(), 40);
+        assert_eq!(log.recovery_point(), 40);
+    }
+}
+
+#[test]
+fn unclean_restart_recovers_from_the_checkpointed_recovery_point() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config(dir.path(), &clock)).expect("open");
+    fill(&m, &["t"], 2, 30);
+    for log in m.logs() {
+        log.flush().expect("flush");
+    }
+    m.checkpoint().expect("checkpoint");
+    fill(&m, &["t"], 2, 10);
+    drop(m); // crash: no shutdown, no marker
+    let m = LogManager::open(config(dir.path(), &clock)).expect("reopen");
+    assert!(!m.had_clean_shutdown());
+    for log in m.logs() {
+        assert_eq!(log.log_end_offset(), 40);
+        assert_eq!(log.recovery_point(), 30);
+        let r = log.read(0, 1 << 20, ReadLimit::LogEnd, true).expect("read");
+        assert!(r.region.is_some());
+    }
+}
+
+#[test]
+fn data_folder_problems_are_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    std::fs::write(dir.path().join(META_PROPERTIES), "version=7\n").expect("write");
+    let e = LogManager::open(config(dir.path(), &clock)).expect_err("version");
+    assert!(e.to_string().contains(META_PROPERTIES), "{e}");
+    std::fs::write(dir.path().join(META_PROPERTIES), "version=1\nnode.id=1\n").expect("write");
+    std::fs::create_dir(dir.path().join("no_partition_number")).expect("mkdir");
+    let e = LogManager::open(config(dir.path(), &clock)).expect_err("folder");
+    assert!(e.to_string().contains("no_partition_number"), "{e}");
+    std::fs::remove_dir(dir.path().join("no_partition_number")).expect("rmdir");
+    std::fs::write(dir.path().join(RECOVERY_POINT_CHECKPOINT), "9\n0\n").expect("write");
+    let e = LogManager::open(config(dir.path(), &clock)).expect_err("checkpoint");
+    assert!(e.to_string().contains(RECOVERY_POINT_CHECKPOINT), "{e}");
+    std::fs::remove_file(dir.path().join(RECOVERY_POINT_CHECKPOINT)).expect("rm");
+    let m = LogManager::open(config(dir.path(), &clock)).expect("ok now");
+    let e = LogManager::open(config(dir.path(), &clock)).expect_err("locked");
+    assert!(e.to_string().contains(".lock"), "{e}");
+    drop(m);
+}
+
+#[test]
+fn delete_retention_and_cleaning_through_the_manager() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config(dir.path(), &clock)).expect("open");
+    fill(&m, &["gone", "old"], 1, 50);
+    assert!(m.delete(&TopicPartition::new("gone", 0)).expect("delete"));
+    assert!(!dir.path().join("gone-0").exists());
+    assert!(m.get(&TopicPartition::new("gone", 0)).is_none());
+    clock.advance(8 * 24 * 3_600_000);
+    assert!(m.run_retention() > 0);
+    let old = m.get(&TopicPartition::new("old", 0)).expect("old");
+    assert_eq!(old.segment_count(), 1);
+
+    let compacted = LogConfig {
+        segment_bytes: 1024,
+        cleanup_policy: CleanupPolicy {
+            delete: false,
+            compact: true,
+        },
+        ..LogConfig::default()
+    };
+    let log = m
+        .get_or_create(&TopicPartition::new("cmp", 0), compacted)
+        .expect("create");
+    for i in 0..200 {
+        log.append_as_leader(
+            &mut batch(&format!("k{}", i % 5), Some("v"), clock.now_ms()),
+            0,
+        )
+        .expect("append");
+    }
+    log.set_high_watermark(log.log_end_offset());
+    let before = log.size_in_bytes();
+    let (tp, stats) = m.clean_once().expect("clean").expect("cleaned");
+    assert_eq!(tp.topic, "cmp");
+    assert!(log.size_in_bytes() < before);
+    let cp = std::fs::read_to_string(dir.path().join(CLEANER_OFFSET_CHECKPOINT)).expect("read");
+    assert_eq!(cp, format!("0\n1\ncmp 0 {}\n", stats.end));
+    assert!(
+        m.clean_once().expect("clean").is_none(),
+        "nothing dirty left"
+    );
+}
+
+#[test]
+fn background_threads_flush_rolled_segments_and_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(ManagerConfig {
+        flush_check_interval_ms: 10,
+        checkpoint_interval_ms: 20,
+        cleaner_backoff_ms: 10,
+        ..config(dir.path(), &clock)
+    })
+    .expect("open");
+    m.start_background();
+    fill(&m, &["bg"], 1, 50);
+    let log = m.get(&TopicPartition::new("bg", 0)).expect("log");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let active = *log.segment_base_offsets().last().expect("segments");
+    while log.recovery_point() < active && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(log.recovery_point() >= active, "rolled segments flushed");
+    m.shutdown().expect("shutdown");
+    assert!(dir.path().join(CLEAN_SHUTDOWN_FILE).exists());
+}
