@@ -64,6 +64,10 @@ impl FileRegion {
 pub(crate) struct ScanOutcome {
     pub truncated_bytes: u64,
     pub problem: Option<String>,
+    /// `(epoch, base offset)` of each batch whose partition leader epoch is
+    /// larger than every earlier one: where each epoch starts in the valid
+    /// prefix (for rebuilding the leader epoch cache).
+    pub epoch_starts: Vec<(i32, i64)>,
 }
 
 /// One segment of a partition log.
@@ -375,6 +379,7 @@ impl Segment {
         let mut pos = 0u64;
         let mut buf = Vec::new();
         let mut expect_min = self.base_offset;
+        let mut epoch_starts: Vec<(i32, i64)> = Vec::new();
         let problem = loop {
             if pos == file_len {
                 break None;
@@ -402,6 +407,10 @@ impl Segment {
                 break Some(format!("corrupt batch at position {pos}: {e}"));
             }
             self.index_batch(pos, &h, index_interval);
+            let epoch = h.partition_leader_epoch;
+            if epoch >= 0 && epoch_starts.last().is_none_or(|&(e, _)| epoch > e) {
+                epoch_starts.push((epoch, h.base_offset));
+            }
             self.next_offset
                 .store(h.last_offset() + 1, Ordering::Release);
             expect_min = h.last_offset() + 1;
@@ -415,6 +424,7 @@ impl Segment {
         Ok(ScanOutcome {
             truncated_bytes: truncated,
             problem,
+            epoch_starts,
         })
     }
 

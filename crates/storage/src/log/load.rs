@@ -68,6 +68,8 @@ impl Log {
             index_bytes: config.segment_index_bytes,
         };
         let bases = prepare_folder(dir)?;
+        let mut epochs = LeaderEpochCache::load(dir)?;
+        let mut epochs_changed = false;
 
         let mut segments = BTreeMap::new();
         let last = bases.last().copied();
@@ -97,6 +99,11 @@ impl Log {
             if recovering || rebuild {
                 check_not_foreign(&seg)?;
                 let outcome = seg.recover(config.index_interval_bytes, config.max_message_bytes)?;
+                // The checkpoint may lag the log (a crash between the write
+                // and its rewrite): the recovered batches name their epochs.
+                for &(epoch, offset) in &outcome.epoch_starts {
+                    epochs_changed |= epochs.assign(epoch, offset);
+                }
                 if recovering && !rebuild && outcome.truncated_bytes == 0 && seg.size() > 0 {
                     tracing::debug!(path = %seg.log_path().display(), "recovered segment");
                 } else if rebuild && !recovering {
@@ -146,8 +153,10 @@ impl Log {
         } else {
             opts.recovery_point.clamp(log_start, log_end)
         };
-        let mut epochs = LeaderEpochCache::load(dir)?;
-        if epochs.truncate_from_end(log_end) | epochs.truncate_from_start(log_start) {
+        if epochs.truncate_from_end(log_end)
+            | epochs.truncate_from_start(log_start)
+            | epochs_changed
+        {
             epochs.flush()?;
         }
         let log = Self {

@@ -104,15 +104,18 @@ impl Log {
     }
 
     /// Removes every record at or after `offset` (a follower diverged from
-    /// its leader). Below the log start, the log is emptied and restarts at
-    /// `offset`.
+    /// its leader). A batch holding `offset` goes whole, so the log end
+    /// becomes `offset` or, if a batch straddled it, that batch's base.
+    /// Below the log start, the log is emptied and restarts at `offset`.
     pub fn truncate_to(&self, offset: i64) -> Result<()> {
         let _w = self.writer();
         self.check_online()?;
         if offset >= self.log_end_offset() {
             return Ok(());
         }
-        if offset < self.log_start_offset() {
+        let start = self.log_start_offset();
+        if offset < start || self.straddler_base(offset)?.is_some_and(|b| b < start) {
+            // Nothing readable would remain: restart the log at `offset`.
             return self.truncate_fully_locked(offset);
         }
         let segs: Vec<Arc<Segment>> = self.read_segments().values().cloned().collect();
@@ -135,8 +138,25 @@ impl Log {
                 Ok(s)
             })
             .map_err(|e| self.go_offline(e))?;
+        // Batches are atomic: a batch that straddles `offset` goes whole,
+        // and the log then ends where that batch began.
+        let end = seg.next_offset().min(offset);
         self.write_segments().insert(base, Arc::new(seg));
-        self.after_truncation(offset)
+        self.after_truncation(end)
+    }
+
+    /// Base offset of the batch holding `offset`, if it starts before it.
+    fn straddler_base(&self, offset: i64) -> Result<Option<i64>> {
+        let seg = self
+            .read_segments()
+            .range(..=offset)
+            .next_back()
+            .map(|(_, s)| Arc::clone(s));
+        let Some(seg) = seg else { return Ok(None) };
+        Ok(seg
+            .translate(offset)?
+            .map(|(_, h)| h.base_offset)
+            .filter(|&b| b < offset))
     }
 
     /// Deletes everything and restarts the log at `offset`.
