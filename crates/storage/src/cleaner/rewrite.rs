@@ -255,7 +255,7 @@ fn swap_in(
     let seg = Segment::open(&dir, base, settings, true, log.now_ms())
         .and_then(|s| {
             let c = log.config();
-            s.recover(c.index_interval_bytes, c.max_message_bytes)?;
+            s.recover(c.index_interval_bytes)?;
             s.seal()?;
             Ok(s)
         })

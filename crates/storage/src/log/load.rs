@@ -90,7 +90,13 @@ impl Log {
             }
             let writable = is_last || recovering;
             let mut seg = Segment::open(dir, base, settings, writable, now)?;
-            let rebuild = seg.indexes_missing || !index_sane(&seg)?;
+            let mut rebuild = seg.indexes_missing || !index_sane(&seg)?;
+            if !recovering && !rebuild {
+                if let Err(e) = seg.load_without_scan() {
+                    tracing::warn!(error = %e, "segment does not match its indexes; scanning it");
+                    rebuild = true;
+                }
+            }
             if rebuild && !writable {
                 // Room for the rebuilt entries; trimmed again by `seal`.
                 drop(seg);
@@ -98,7 +104,7 @@ impl Log {
             }
             if recovering || rebuild {
                 check_not_foreign(&seg)?;
-                let outcome = seg.recover(config.index_interval_bytes, config.max_message_bytes)?;
+                let outcome = seg.recover(config.index_interval_bytes)?;
                 // The checkpoint may lag the log (a crash between the write
                 // and its rewrite): the recovered batches name their epochs.
                 for &(epoch, offset) in &outcome.epoch_starts {
@@ -121,8 +127,6 @@ impl Log {
                 if !is_last && truncated_at.is_none() {
                     seg.seal()?;
                 }
-            } else {
-                seg.load_without_scan()?;
             }
             segments.insert(base, Arc::new(seg));
         }
@@ -130,7 +134,7 @@ impl Log {
         if let Some(base) = truncated_at {
             if Some(base) != last {
                 let seg = Segment::open(dir, base, settings, true, now)?;
-                seg.recover(config.index_interval_bytes, config.max_message_bytes)?;
+                seg.recover(config.index_interval_bytes)?;
                 segments.insert(base, Arc::new(seg));
             }
         }

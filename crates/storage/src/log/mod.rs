@@ -229,6 +229,8 @@ impl Log {
         for s in segs {
             s.flush().map_err(|e| self.go_offline(e))?;
         }
+        // New segment files must survive a power loss too.
+        crate::checkpoint::sync_dir(&self.dir).map_err(|e| self.go_offline(e))?;
         self.recovery_point.fetch_max(end, Ordering::AcqRel);
         self.last_flush_ms.store(self.now_ms(), Ordering::Release);
         self.unflushed_messages.store(0, Ordering::Release);

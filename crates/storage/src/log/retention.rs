@@ -133,7 +133,7 @@ impl Log {
         let config = self.config();
         let seg = Segment::open(&self.dir, base, self.settings(), true, self.now_ms())
             .and_then(|s| {
-                s.recover(config.index_interval_bytes, config.max_message_bytes)?;
+                s.recover(config.index_interval_bytes)?;
                 s.truncate_to(offset, config.index_interval_bytes)?;
                 Ok(s)
             })
