@@ -446,3 +446,46 @@ fn foreign_files_are_refused_by_name() {
     .expect_err("foreign content");
     assert!(e.to_string().contains("00000000000000000000.log"), "{e}");
 }
+
+#[test]
+fn full_index_and_offset_overflow_roll_the_segment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    // Room for 3 offset entries and 2 time entries; an entry per batch.
+    let config = LogConfig {
+        segment_index_bytes: 24,
+        index_interval_bytes: 0,
+        ..LogConfig::default()
+    };
+    let log = open(dir.path(), config, &clock);
+    for i in 0..12 {
+        log.append_as_leader(&mut batch(1, T0 + i, "x"), 0)
+            .expect("append");
+    }
+    assert!(log.segment_count() >= 3, "{:?}", log.segment_base_offsets());
+    assert_eq!(values(&log, 0).len(), 12);
+    let seg = log.active_segment();
+    assert!(seg.can_hold_offset(seg.base_offset + i64::from(i32::MAX)));
+    assert!(!seg.can_hold_offset(seg.base_offset + i64::from(i32::MAX) + 1));
+}
+
+#[test]
+fn flush_messages_moves_the_recovery_point() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = LogConfig {
+        flush_messages: 4,
+        ..LogConfig::default()
+    };
+    let log = open(dir.path(), config, &clock);
+    log.append_as_leader(&mut batch(3, T0, "x"), 0)
+        .expect("append");
+    assert_eq!(log.recovery_point(), 0, "below flush.messages: OS decides");
+    log.append_as_leader(&mut batch(3, T0, "x"), 0)
+        .expect("append");
+    assert_eq!(log.recovery_point(), 6);
+    log.append_as_leader(&mut batch(1, T0, "x"), 0)
+        .expect("append");
+    log.flush().expect("explicit flush");
+    assert_eq!(log.recovery_point(), 7);
+}
