@@ -35,24 +35,13 @@ pub use read::{OffsetSpec, ReadInfo, ReadLimit, TimestampOffset};
 
 /// Where the last session left this partition (from the data-folder
 /// checkpoints).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct LogOpenOptions {
     pub recovery_point: i64,
     pub log_start_offset: i64,
     pub high_watermark: i64,
     /// The data folder had a clean-shutdown marker: skip the recovery scan.
     pub clean_shutdown: bool,
-}
-
-impl Default for LogOpenOptions {
-    fn default() -> Self {
-        Self {
-            recovery_point: 0,
-            log_start_offset: 0,
-            high_watermark: 0,
-            clean_shutdown: false,
-        }
-    }
 }
 
 /// The append lock's token: holding it makes the holder the only writer.
