@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::{Advice, MmapOptions, MmapRaw};
 
 use crate::error::{bad_file, IoContext, Result};
 
@@ -127,19 +127,35 @@ impl<E: Entry> IndexFile<E> {
             }
             None => entries as u64 * E::SIZE as u64,
         };
-        Self::from_file(path, &file, map_len, entries)
+        Self::from_file(path, &file, map_len, entries, preallocate.is_some())
     }
 
-    fn from_file(path: &Path, file: &File, map_len: u64, entries: usize) -> Result<Self> {
+    fn from_file(
+        path: &Path,
+        file: &File,
+        map_len: u64,
+        entries: usize,
+        preallocated: bool,
+    ) -> Result<Self> {
         let map = if map_len == 0 {
             None
         } else {
-            Some(
-                MmapOptions::new()
-                    .len(map_len as usize)
-                    .map_raw(file)
-                    .at(path)?,
-            )
+            let map = MmapOptions::new()
+                .len(map_len as usize)
+                .map_raw(file)
+                .at(path)?;
+            if preallocated {
+                // A page fault on a file mapping normally reads around it
+                // (`read_ahead_kb`, often MiBs). Past the entries a
+                // preallocated index is one sparse hole, so that read-around
+                // fills the page cache with zero pages: on a cold open, MiBs
+                // per active segment; on append, a stall per new page.
+                // Advice only: a failure changes nothing else.
+                if let Err(e) = map.advise(Advice::Random) {
+                    tracing::debug!(path = %path.display(), error = %e, "madvise(MADV_RANDOM) failed");
+                }
+            }
+            Some(map)
         };
         Ok(Self {
             path: Mutex::new(path.to_path_buf()),

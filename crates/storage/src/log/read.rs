@@ -84,33 +84,47 @@ impl Log {
         if offset >= upper {
             return Ok(info(None));
         }
-        let segs: Vec<Arc<Segment>> = {
+        // The segment holding `offset`, then (only if it has nothing at or
+        // after `offset`, e.g. after compaction) the following ones, one at
+        // a time: cloning every later segment up front made a read cost
+        // linear in the segment count.
+        let mut next = {
             let segs = self.read_segments();
             let first = segs
                 .range(..=offset)
                 .next_back()
                 .map_or(i64::MIN, |(b, _)| *b);
-            segs.range(first..upper)
-                .map(|(_, s)| Arc::clone(s))
-                .collect()
+            segs.range(first..upper).next().map(|(_, s)| Arc::clone(s))
         };
-        for seg in segs {
-            if seg.next_offset() <= offset {
-                continue;
-            }
-            let max_position = if upper < seg.next_offset() {
-                match seg.translate(upper)? {
-                    Some((pos, _)) => pos,
-                    None => seg.size(),
+        while let Some(seg) = next {
+            if seg.next_offset() > offset {
+                let max_position = if upper < seg.next_offset() {
+                    match seg.translate(upper)? {
+                        Some((pos, _)) => pos,
+                        None => seg.size(),
+                    }
+                } else {
+                    seg.size()
+                };
+                if let Some(region) = seg.read(offset, max_bytes, max_position, min_one_batch)? {
+                    return Ok(info(Some(region)));
                 }
-            } else {
-                seg.size()
-            };
-            if let Some(region) = seg.read(offset, max_bytes, max_position, min_one_batch)? {
-                return Ok(info(Some(region)));
             }
+            next = self.segment_after(seg.base_offset, upper);
         }
         Ok(info(None))
+    }
+
+    /// The first segment with a base offset in `(base, upper)`.
+    fn segment_after(&self, base: i64, upper: i64) -> Option<Arc<Segment>> {
+        use std::ops::Bound::Excluded;
+        if base >= upper {
+            return None;
+        }
+        self.read_segments()
+            .range((Excluded(base), Excluded(upper)))
+            .next()
+            .map(|(_, s)| Arc::clone(s))
     }
 
     /// ListOffsets for one partition. `None` when no record matches (a
