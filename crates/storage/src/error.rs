@@ -61,12 +61,21 @@ pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 /// Attaches a path to an `io::Error`.
 pub(crate) trait IoContext<T> {
     fn at(self, path: &std::path::Path) -> Result<T>;
+    /// Like `at`, building the path only on error (hot paths).
+    fn at_with(self, path: impl FnOnce() -> std::path::PathBuf) -> Result<T>;
 }
 
 impl<T> IoContext<T> for std::io::Result<T> {
     fn at(self, path: &std::path::Path) -> Result<T> {
         self.map_err(|source| StorageError::Io {
             path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    fn at_with(self, path: impl FnOnce() -> std::path::PathBuf) -> Result<T> {
+        self.map_err(|source| StorageError::Io {
+            path: path(),
             source,
         })
     }

@@ -257,7 +257,7 @@ impl Segment {
         if let Err(e) = self.file.write_all_at(bytes, start) {
             // Best effort: cut off whatever part of the write landed.
             let _ = self.file.set_len(start);
-            return Err(e).at(&self.log_path());
+            return Err(e).at_with(|| self.log_path());
         }
         for (pos, h) in batches {
             self.index_batch(start + *pos as u64, h, index_interval);
@@ -313,7 +313,7 @@ impl Segment {
         let mut buf = [0u8; HEADER_LEN];
         self.file
             .read_exact_at(&mut buf, position)
-            .at(&self.log_path())?;
+            .at_with(|| self.log_path())?;
         Ok(Some(BatchHeader::parse(&buf)?))
     }
 
@@ -375,7 +375,7 @@ impl Segment {
         self.offset_of_max_timestamp.store(-1, Ordering::Release);
         self.first_batch_timestamp.store(-1, Ordering::Release);
         self.next_offset.store(self.base_offset, Ordering::Release);
-        let file_len = self.file.metadata().at(&self.log_path())?.len();
+        let file_len = self.file.metadata().at_with(|| self.log_path())?.len();
         let mut pos = 0u64;
         let mut buf = Vec::new();
         let mut expect_min = self.base_offset;
@@ -418,7 +418,7 @@ impl Segment {
         };
         let truncated = file_len - pos;
         if truncated > 0 {
-            self.file.set_len(pos).at(&self.log_path())?;
+            self.file.set_len(pos).at_with(|| self.log_path())?;
         }
         self.size.store(pos, Ordering::Release);
         Ok(ScanOutcome {
@@ -432,17 +432,19 @@ impl Segment {
     /// garbage length never allocates more than the chunk.
     fn crc_of(&self, pos: u64, size: u64, buf: &mut Vec<u8>) -> Result<u32> {
         const CHUNK: u64 = 1 << 20;
-        let mut crc = 0u32;
+        let mut crc = batch::Crc32c::default();
         let mut at = pos + batch::ATTRIBUTES_OFFSET as u64;
         let end = pos + size;
         while at < end {
             let n = (end - at).min(CHUNK) as usize;
             buf.resize(n, 0);
-            self.file.read_exact_at(buf, at).at(&self.log_path())?;
-            crc = crc32c::crc32c_append(crc, buf);
+            self.file
+                .read_exact_at(buf, at)
+                .at_with(|| self.log_path())?;
+            crc.update(buf);
             at += n as u64;
         }
-        Ok(crc)
+        Ok(crc.finish())
     }
 
     /// Restores the state a recovery scan would compute from the indexes
@@ -503,7 +505,7 @@ impl Segment {
         };
         let before = self.size();
         self.size.store(pos, Ordering::Release);
-        self.file.set_len(pos).at(&self.log_path())?;
+        self.file.set_len(pos).at_with(|| self.log_path())?;
         self.recover(index_interval)?;
         Ok(before - pos)
     }
@@ -519,7 +521,7 @@ impl Segment {
 
     /// `fsync` of the log file and the index pages.
     pub(crate) fn flush(&self) -> Result<()> {
-        self.file.sync_data().at(&self.log_path())?;
+        self.file.sync_data().at_with(|| self.log_path())?;
         self.offset_index.flush()?;
         self.time_index.flush()
     }
@@ -598,7 +600,7 @@ impl Segment {
         let mut buf = vec![0u8; h.total_size()];
         self.file
             .read_exact_at(&mut buf, pos)
-            .at(&self.log_path())?;
+            .at_with(|| self.log_path())?;
         Ok(buf)
     }
 

@@ -67,13 +67,16 @@ impl Log {
         }
         let last_offset = next - 1;
 
-        let segment = self.maybe_roll(records.len() as u64, last_offset, now)?;
+        let segment = self.maybe_roll(&config, records.len() as u64, last_offset, now)?;
         segment
             .append(records, &batches, config.index_interval_bytes)
             .map_err(|e| self.go_offline(e))?;
         self.log_end_offset.store(next, Ordering::Release);
-        if lock(&self.epochs).assign(leader_epoch, base_offset) {
-            lock(&self.epochs).flush().map_err(|e| self.go_offline(e))?;
+        {
+            let mut epochs = lock(&self.epochs);
+            if epochs.assign(leader_epoch, base_offset) {
+                epochs.flush().map_err(|e| self.go_offline(e))?;
+            }
         }
         let unflushed = self
             .unflushed_messages
@@ -97,9 +100,14 @@ impl Log {
     /// Rolls when the active segment cannot take `size` more bytes, has
     /// aged past `segment.ms`, has a full index, or cannot express
     /// `last_offset` as a 32-bit relative offset. Writer only.
-    fn maybe_roll(&self, size: u64, last_offset: i64, now: i64) -> Result<Arc<Segment>> {
+    fn maybe_roll(
+        &self,
+        config: &crate::config::LogConfig,
+        size: u64,
+        last_offset: i64,
+        now: i64,
+    ) -> Result<Arc<Segment>> {
         let active = self.active_segment();
-        let config = self.config();
         let non_empty = active.size() > 0;
         let full = non_empty && active.size() + size > config.segment_bytes;
         let aged = non_empty
