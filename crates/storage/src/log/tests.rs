@@ -32,15 +32,23 @@ fn small_config() -> LogConfig {
     }
 }
 
-fn open(dir: &std::path::Path, config: LogConfig, clock: &Arc<ManualClock>) -> Log {
+fn try_open(
+    dir: &std::path::Path,
+    config: LogConfig,
+    clock: &Arc<ManualClock>,
+    opts: LogOpenOptions,
+) -> Result<Log> {
     Log::open(
         dir,
         TopicPartition::new("t", 0),
         config,
-        LogOpenOptions::default(),
+        opts,
         clock.clone(),
     )
-    .expect("open")
+}
+
+fn open(dir: &std::path::Path, config: LogConfig, clock: &Arc<ManualClock>) -> Log {
+    try_open(dir, config, clock, LogOpenOptions::default()).expect("open")
 }
 
 fn values(log: &Log, from: i64) -> Vec<(i64, Vec<u8>)> {
@@ -244,14 +252,7 @@ fn reopen_after_clean_close_and_after_crash() {
         recovery_point: 60,
         ..LogOpenOptions::default()
     };
-    let log = Log::open(
-        dir.path(),
-        TopicPartition::new("t", 0),
-        small_config(),
-        opts,
-        clock.clone(),
-    )
-    .expect("reopen clean");
+    let log = try_open(dir.path(), small_config(), &clock, opts).expect("reopen clean");
     assert_eq!(log.log_end_offset(), 60);
     assert_eq!(values(&log, 0).len(), 60);
     assert_eq!(log.leader_epochs(), vec![(1, 0)]);
@@ -295,14 +296,7 @@ fn missing_and_corrupt_indexes_are_rebuilt() {
         clean_shutdown: true,
         ..LogOpenOptions::default()
     };
-    let log = Log::open(
-        dir.path(),
-        TopicPartition::new("t", 0),
-        small_config(),
-        opts,
-        clock.clone(),
-    )
-    .expect("reopen");
+    let log = try_open(dir.path(), small_config(), &clock, opts).expect("reopen");
     assert!(std::fs::metadata(&first_index).expect("meta").len() > 0);
     assert_eq!(std::fs::metadata(&first_time).expect("meta").len() % 12, 0);
     assert_eq!(values(&log, 0).len(), 60);
@@ -424,24 +418,22 @@ fn foreign_files_are_refused_by_name() {
     let dir = tempfile::tempdir().expect("tempdir");
     let clock = Arc::new(ManualClock::new(T0));
     std::fs::write(dir.path().join("junk.log"), b"hello").expect("write");
-    let e = Log::open(
+    let e = try_open(
         dir.path(),
-        TopicPartition::new("t", 0),
         LogConfig::default(),
+        &clock,
         LogOpenOptions::default(),
-        clock.clone(),
     )
     .expect_err("bad name");
     assert!(e.to_string().contains("junk.log"), "{e}");
     std::fs::remove_file(dir.path().join("junk.log")).expect("rm");
     let p = dir.path().join("00000000000000000000.log");
     std::fs::write(&p, b"this is not a kafka segment at all, it is text").expect("write");
-    let e = Log::open(
+    let e = try_open(
         dir.path(),
-        TopicPartition::new("t", 0),
         LogConfig::default(),
+        &clock,
         LogOpenOptions::default(),
-        clock,
     )
     .expect_err("foreign content");
     assert!(e.to_string().contains("00000000000000000000.log"), "{e}");
