@@ -1,0 +1,515 @@
+//! The broker's shared state: configuration, the data folder's logs, the
+//! metadata image, and topic creation and deletion (what CreateTopics,
+//! DeleteTopics and auto topic creation share).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use proto_kafka::ResponseError;
+use sluice_controller::records::RESOURCE_TOPIC;
+use sluice_controller::store::METADATA_TOPIC;
+use sluice_controller::{MetadataImage, MetadataRecord, MetadataStore, TopicImage};
+use sluice_storage::{Log, LogConfig, LogManager, ManagerConfig, TopicPartition};
+use uuid::Uuid;
+
+use crate::config::{BrokerConfig, Listener};
+use crate::error::{io, BrokerError, Result};
+
+/// A Kafka error code with an optional message, as handlers return it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub code: ResponseError,
+    pub message: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(code: ResponseError, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: Some(message.into()),
+        }
+    }
+
+    pub fn code(code: ResponseError) -> Self {
+        Self {
+            code,
+            message: None,
+        }
+    }
+}
+
+/// Topics whose names clients may not create or delete.
+pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// The running broker (single node: also its own controller).
+#[derive(Debug)]
+pub struct Broker {
+    pub(crate) config: BrokerConfig,
+    pub(crate) node_id: i32,
+    pub(crate) cluster_id: String,
+    pub(crate) advertised: Listener,
+    pub(crate) logs: Arc<LogManager>,
+    pub(crate) metadata: MetadataStore,
+    pub(crate) defaults: LogConfig,
+    /// Woken after every append, for long-polling fetches.
+    pub(crate) appended: tokio::sync::Notify,
+}
+
+impl Broker {
+    /// Opens the data folder: identity, logs, metadata replay, then brings
+    /// the logs in line with the metadata.
+    pub fn open(config: BrokerConfig) -> Result<Arc<Self>> {
+        config.validate()?;
+        let dir = config.data_dir();
+        std::fs::create_dir_all(&dir).map_err(|e| io(dir.display().to_string(), e))?;
+        let node_id = config.node_id();
+        let cluster_id = meta_properties(&dir, node_id)?;
+        tracing::info!(data_dir = %dir.display(), %cluster_id, node_id, "data folder ready");
+        let defaults = config.log_config()?;
+        let mut mc = ManagerConfig::new(&dir);
+        mc.default_config = defaults.clone();
+        mc.recovery_threads = config.int("num.recovery.threads.per.data.dir").max(1) as usize;
+        mc.retention_check_interval_ms =
+            config.long("log.retention.check.interval.ms").max(1) as u64;
+        mc.checkpoint_interval_ms =
+            config.int("log.flush.offset.checkpoint.interval.ms").max(1) as u64;
+        mc.cleaner_enable = config.bool("log.cleaner.enable");
+        mc.cleaner_backoff_ms = config.long("log.cleaner.backoff.ms").max(1) as u64;
+        mc.cleaner.dedupe_buffer_bytes =
+            config.long("log.cleaner.dedupe.buffer.size").max(1 << 20) as usize;
+        let logs = LogManager::open(mc)?;
+        tracing::info!(partitions = logs.logs().len(), "logs loaded");
+        let meta_log = logs.get_or_create(
+            &TopicPartition::new(METADATA_TOPIC, 0),
+            LogConfig::default(),
+        )?;
+        let metadata = MetadataStore::open(meta_log)?;
+        let advertised = config.advertised_listener()?;
+        let broker = Arc::new(Self {
+            config,
+            node_id,
+            cluster_id,
+            advertised,
+            logs,
+            metadata,
+            defaults,
+            appended: tokio::sync::Notify::new(),
+        });
+        broker.reconcile_logs()?;
+        broker.logs.start_background();
+        Ok(broker)
+    }
+
+    /// Creates missing logs, applies topic configs, and deletes logs of
+    /// topics the metadata no longer has (a crash between the metadata
+    /// change and the folder change).
+    fn reconcile_logs(&self) -> Result<()> {
+        let image = self.metadata.image();
+        for t in image.topics() {
+            let config = self.log_config(t)?;
+            for &p in t.partitions.keys() {
+                let tp = TopicPartition::new(t.name.clone(), p);
+                match self.logs.get(&tp) {
+                    Some(log) => log.set_config(config.clone()),
+                    None => {
+                        self.logs.get_or_create(&tp, config.clone())?;
+                    }
+                }
+                let log = self.logs.get(&tp);
+                if let Some(log) = log {
+                    // One node: everything on disk is replicated.
+                    log.set_high_watermark(log.log_end_offset());
+                }
+            }
+        }
+        for log in self.logs.logs() {
+            let tp = log.topic_partition().clone();
+            if tp.topic == METADATA_TOPIC {
+                continue;
+            }
+            let known = image
+                .topic(&tp.topic)
+                .is_some_and(|t| t.partitions.contains_key(&tp.partition));
+            if !known {
+                tracing::warn!(partition = %tp, "deleting log of a topic the metadata does not have");
+                self.logs.delete(&tp)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The topic's effective log config: broker defaults plus overrides.
+    pub(crate) fn log_config(&self, t: &TopicImage) -> Result<LogConfig> {
+        Ok(self
+            .defaults
+            .with_overrides(t.configs.iter().map(|(k, v)| (k.as_str(), v.as_str())))?)
+    }
+
+    pub(crate) fn image(&self) -> Arc<MetadataImage> {
+        self.metadata.image()
+    }
+
+    /// The log of a partition the metadata knows.
+    pub(crate) fn log(&self, topic: &str, partition: i32) -> Option<Arc<Log>> {
+        self.logs.get(&TopicPartition::new(topic, partition))
+    }
+
+    /// Validates and creates a topic. `configs` are topic config overrides.
+    pub(crate) fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &[(String, String)],
+        validate_only: bool,
+    ) -> std::result::Result<TopicImage, ApiError> {
+        validate_topic_name(name)?;
+        let partitions = if partitions == -1 {
+            self.config.int("num.partitions")
+        } else {
+            partitions
+        };
+        if partitions < 1 {
+            return Err(ApiError::new(
+                ResponseError::InvalidPartitions,
+                "Number of partitions must be larger than 0.",
+            ));
+        }
+        let rf = if replication_factor == -1 {
+            self.config.int("default.replication.factor") as i16
+        } else {
+            replication_factor
+        };
+        if rf < 1 {
+            return Err(ApiError::new(
+                ResponseError::InvalidReplicationFactor,
+                "Replication factor must be larger than 0.",
+            ));
+        }
+        if rf > 1 {
+            return Err(ApiError::new(
+                ResponseError::InvalidReplicationFactor,
+                format!("Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only 1 broker(s) are registered."),
+            ));
+        }
+        let log_config = self
+            .defaults
+            .with_overrides(configs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .map_err(|e| ApiError::new(ResponseError::InvalidConfig, e.to_string()))?;
+        let _guard = self.metadata.lock_for_change();
+        if self.image().topic(name).is_some() {
+            return Err(ApiError::new(
+                ResponseError::TopicAlreadyExists,
+                format!("Topic '{name}' already exists."),
+            ));
+        }
+        let topic_id = Uuid::new_v4();
+        let mut records = vec![MetadataRecord::Topic {
+            name: name.to_string(),
+            topic_id,
+        }];
+        records.extend(configs.iter().map(|(k, v)| MetadataRecord::Config {
+            resource_type: RESOURCE_TOPIC,
+            resource_name: name.to_string(),
+            name: k.clone(),
+            value: Some(v.clone()),
+        }));
+        records.extend((0..partitions).map(|p| self.partition_record(topic_id, p)));
+        if validate_only {
+            let mut img = MetadataImage::default();
+            records.iter().for_each(|r| img.apply(r));
+            return img
+                .topic(name)
+                .cloned()
+                .ok_or_else(|| ApiError::code(ResponseError::UnknownServerError));
+        }
+        let image = self.metadata.append(&records).map_err(internal)?;
+        for p in 0..partitions {
+            let tp = TopicPartition::new(name, p);
+            self.logs
+                .get_or_create(&tp, log_config.clone())
+                .map_err(internal)?;
+        }
+        tracing::info!(topic = name, partitions, "created topic");
+        image
+            .topic(name)
+            .cloned()
+            .ok_or_else(|| ApiError::code(ResponseError::UnknownServerError))
+    }
+
+    /// The topic, created with the defaults when it does not exist and
+    /// `auto.create.topics.enable` (and the client) allow it.
+    pub(crate) fn topic_or_auto_create(
+        &self,
+        name: &str,
+        client_allows: bool,
+    ) -> std::result::Result<TopicImage, ApiError> {
+        if let Some(t) = self.image().topic(name) {
+            return Ok(t.clone());
+        }
+        if !(client_allows && self.config.bool("auto.create.topics.enable")) {
+            return Err(ApiError::code(ResponseError::UnknownTopicOrPartition));
+        }
+        match self.create_topic(name, -1, -1, &[], false) {
+            Ok(t) => Ok(t),
+            // Created concurrently by another request: fine.
+            Err(e) if e.code == ResponseError::TopicAlreadyExists => self
+                .image()
+                .topic(name)
+                .cloned()
+                .ok_or_else(|| ApiError::code(ResponseError::UnknownTopicOrPartition)),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn partition_record(&self, topic_id: Uuid, partition_id: i32) -> MetadataRecord {
+        MetadataRecord::Partition {
+            partition_id,
+            topic_id,
+            replicas: vec![self.node_id],
+            isr: vec![self.node_id],
+            leader: self.node_id,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        }
+    }
+
+    /// Adds partitions to a topic (CreatePartitions).
+    pub(crate) fn add_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> std::result::Result<(), ApiError> {
+        let _guard = self.metadata.lock_for_change();
+        let image = self.image();
+        let Some(t) = image.topic(name) else {
+            return Err(ApiError::code(ResponseError::UnknownTopicOrPartition));
+        };
+        let current = t.partitions.len() as i32;
+        if count <= current {
+            return Err(ApiError::new(
+                ResponseError::InvalidPartitions,
+                format!("Topic currently has {current} partitions, which is higher than the requested {count}."),
+            ));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let records: Vec<_> = (current..count)
+            .map(|p| self.partition_record(t.id, p))
+            .collect();
+        let config = self.log_config(t).map_err(internal)?;
+        self.metadata.append(&records).map_err(internal)?;
+        for p in current..count {
+            self.logs
+                .get_or_create(&TopicPartition::new(name, p), config.clone())
+                .map_err(internal)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a topic: metadata first, then its logs.
+    pub(crate) fn delete_topic(&self, name: &str) -> std::result::Result<Uuid, ApiError> {
+        if !self.config.bool("delete.topic.enable") {
+            return Err(ApiError::new(
+                ResponseError::TopicDeletionDisabled,
+                "Topic deletion is disabled.",
+            ));
+        }
+        let _guard = self.metadata.lock_for_change();
+        let image = self.image();
+        let Some(t) = image.topic(name) else {
+            return Err(ApiError::code(ResponseError::UnknownTopicOrPartition));
+        };
+        self.metadata
+            .append(&[MetadataRecord::RemoveTopic { topic_id: t.id }])
+            .map_err(internal)?;
+        for &p in t.partitions.keys() {
+            self.logs
+                .delete(&TopicPartition::new(name, p))
+                .map_err(internal)?;
+        }
+        tracing::info!(topic = name, "deleted topic");
+        Ok(t.id)
+    }
+
+    /// Sets (`Some`) or removes (`None`) topic config overrides, validated
+    /// together, and applies them to the topic's logs at once.
+    pub(crate) fn alter_topic_configs(
+        &self,
+        name: &str,
+        changes: &[(String, Option<String>)],
+        replace_all: bool,
+        validate_only: bool,
+    ) -> std::result::Result<(), ApiError> {
+        let _guard = self.metadata.lock_for_change();
+        let image = self.image();
+        let Some(t) = image.topic(name) else {
+            return Err(ApiError::code(ResponseError::UnknownTopicOrPartition));
+        };
+        let mut next = if replace_all {
+            Default::default()
+        } else {
+            t.configs.clone()
+        };
+        for (k, v) in changes {
+            match v {
+                Some(v) => next.insert(k.clone(), v.clone()),
+                None => next.remove(k),
+            };
+        }
+        let config = self
+            .defaults
+            .with_overrides(next.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .map_err(|e| ApiError::new(ResponseError::InvalidConfig, e.to_string()))?;
+        if validate_only {
+            return Ok(());
+        }
+        let mut records = Vec::new();
+        for k in t.configs.keys().chain(next.keys()) {
+            let old = t.configs.get(k);
+            let new = next.get(k);
+            if old != new
+                && !records
+                    .iter()
+                    .any(|r| matches!(r, MetadataRecord::Config { name, .. } if name == k))
+            {
+                records.push(MetadataRecord::Config {
+                    resource_type: RESOURCE_TOPIC,
+                    resource_name: name.to_string(),
+                    name: k.clone(),
+                    value: new.cloned(),
+                });
+            }
+        }
+        self.metadata.append(&records).map_err(internal)?;
+        for &p in t.partitions.keys() {
+            if let Some(log) = self.log(name, p) {
+                log.set_config(config.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops background work and closes the data folder cleanly.
+    pub fn shutdown(&self) -> Result<()> {
+        self.logs.shutdown()?;
+        Ok(())
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!(error = %e, "internal error");
+    ApiError::new(ResponseError::UnknownServerError, e.to_string())
+}
+
+/// Kafka's topic name rules (`Topic.validate`).
+pub(crate) fn validate_topic_name(name: &str) -> std::result::Result<(), ApiError> {
+    let bad = |why: String| Err(ApiError::new(ResponseError::InvalidTopicException, why));
+    if name.is_empty() {
+        return bad("Topic name is illegal, it can't be empty".into());
+    }
+    if name == "." || name == ".." {
+        return bad("Topic name cannot be \".\" or \"..\"".into());
+    }
+    if name.len() > 249 {
+        return bad(format!(
+            "Topic name is illegal, it can't be longer than 249 characters, topic name: {name}"
+        ));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return bad(format!("Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"));
+    }
+    if name == METADATA_TOPIC {
+        return bad(format!("Topic name \"{name}\" is reserved"));
+    }
+    Ok(())
+}
+
+/// Reads or creates `meta.properties`; returns the cluster id.
+fn meta_properties(dir: &Path, node_id: i32) -> Result<String> {
+    let path = dir.join("meta.properties");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(io(path.display().to_string(), e)),
+    };
+    let get = |k: &str| {
+        text.lines()
+            .filter_map(|l| l.trim().split_once('='))
+            .find(|(key, _)| key.trim() == k)
+            .map(|(_, v)| v.trim().to_string())
+    };
+    if let Some(id) = get("node.id") {
+        if id != node_id.to_string() {
+            return Err(BrokerError::InvalidConfig {
+                key: "node.id".into(),
+                value: node_id.to_string(),
+                reason: format!("{} belongs to node.id {id}", path.display()),
+            });
+        }
+    }
+    if let Some(cluster) = get("cluster.id") {
+        return Ok(cluster);
+    }
+    let cluster = base64url(Uuid::new_v4().as_bytes());
+    let directory = base64url(Uuid::new_v4().as_bytes());
+    let body = format!(
+        "#\n#Written by sluice\ncluster.id={cluster}\ndirectory.id={directory}\nnode.id={node_id}\nversion=1\n"
+    );
+    let tmp = dir.join("meta.properties.tmp");
+    std::fs::write(&tmp, body).map_err(|e| io(tmp.display().to_string(), e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| io(path.display().to_string(), e))?;
+    Ok(cluster)
+}
+
+/// URL-safe base64 without padding (Kafka's cluster id format).
+fn base64url(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
+        let chars = chunk.len() + 1;
+        for i in 0..chars {
+            out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka() {
+        for ok in ["a", "orders.v1", "my_topic-2", &"x".repeat(249)] {
+            assert!(validate_topic_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a b",
+            "ä",
+            "a/b",
+            &"x".repeat(250),
+            "__cluster_metadata",
+        ] {
+            assert!(validate_topic_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cluster_ids_look_like_kafkas() {
+        assert_eq!(base64url(&[0; 16]).len(), 22);
+        assert_eq!(base64url(b"\xfb\xff"), "-_8");
+    }
+}

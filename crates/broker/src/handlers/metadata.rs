@@ -1,0 +1,107 @@
+//! Metadata (key 3): this node as the only broker and controller, and the
+//! requested topics (all when the list is null) with their partitions.
+//! Unknown topics are created when the client and
+//! `auto.create.topics.enable` allow it.
+
+use std::sync::Arc;
+
+use proto_kafka::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use proto_kafka::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use proto_kafka::protocol::StrBytes;
+use proto_kafka::ResponseError;
+use sluice_controller::store::METADATA_TOPIC;
+use sluice_controller::TopicImage;
+
+use super::Ctx;
+use crate::broker::{Broker, CONSUMER_OFFSETS_TOPIC};
+
+pub(crate) const VERSIONS: (i16, i16) = (0, 12);
+
+/// Kafka's "authorized operations not requested" marker.
+const OPS_NOT_REQUESTED: i32 = i32::MIN;
+
+pub(crate) fn handle(broker: &Arc<Broker>, req: MetadataRequest, ctx: &Ctx) -> MetadataResponse {
+    // Before v4 the flag did not exist and creation was always allowed.
+    let allow_create = ctx.version < 4 || req.allow_auto_topic_creation;
+    let image = broker.image();
+    let topics: Vec<MetadataResponseTopic> = match req.topics {
+        None => image
+            .topics()
+            .filter(|t| t.name != METADATA_TOPIC)
+            .map(|t| topic(broker, t, ctx.version))
+            .collect(),
+        Some(wanted) => wanted
+            .into_iter()
+            .map(|w| {
+                let name = w.name.as_ref().map(|n| n.0.to_string());
+                let found = match &name {
+                    Some(n) => broker.topic_or_auto_create(n, allow_create),
+                    None => image
+                        .topic_by_id(&w.topic_id)
+                        .cloned()
+                        .ok_or(crate::broker::ApiError::code(ResponseError::UnknownTopicId)),
+                };
+                match found {
+                    Ok(t) => topic(broker, &t, ctx.version),
+                    Err(e) => {
+                        let mut t = MetadataResponseTopic::default();
+                        t.error_code = e.code.code();
+                        t.name = name.map(|n| TopicName(StrBytes::from_string(n)));
+                        if ctx.version >= 10 {
+                            t.topic_id = w.topic_id;
+                        }
+                        t.topic_authorized_operations = OPS_NOT_REQUESTED;
+                        t
+                    }
+                }
+            })
+            .collect(),
+    };
+    let mut b = MetadataResponseBroker::default();
+    b.node_id = BrokerId(broker.node_id);
+    b.host = StrBytes::from_string(broker.advertised.host.clone());
+    b.port = i32::from(broker.advertised.port);
+    b.rack = None;
+    let mut resp = MetadataResponse::default();
+    resp.brokers = vec![b];
+    resp.cluster_id = Some(StrBytes::from_string(broker.cluster_id.clone()));
+    resp.controller_id = BrokerId(broker.node_id);
+    resp.topics = topics;
+    resp.cluster_authorized_operations = OPS_NOT_REQUESTED;
+    resp
+}
+
+fn topic(broker: &Broker, t: &TopicImage, version: i16) -> MetadataResponseTopic {
+    let mut out = MetadataResponseTopic::default();
+    out.name = Some(TopicName(StrBytes::from_string(t.name.clone())));
+    if version >= 10 {
+        out.topic_id = t.id;
+    }
+    out.is_internal = t.name == CONSUMER_OFFSETS_TOPIC;
+    out.topic_authorized_operations = OPS_NOT_REQUESTED;
+    out.partitions = t
+        .partitions
+        .iter()
+        .map(|(&index, p)| {
+            let mut mp = MetadataResponsePartition::default();
+            mp.partition_index = index;
+            mp.leader_id = BrokerId(p.leader);
+            if version >= 7 {
+                mp.leader_epoch = p.leader_epoch;
+            }
+            mp.replica_nodes = p.replicas.iter().map(|&r| BrokerId(r)).collect();
+            mp.isr_nodes = p.isr.iter().map(|&r| BrokerId(r)).collect();
+            let online = broker.log(&t.name, index).is_some_and(|l| !l.is_offline());
+            if !online {
+                mp.error_code = ResponseError::KafkaStorageError.code();
+                if version >= 5 {
+                    mp.offline_replicas = mp.replica_nodes.clone();
+                }
+            }
+            mp
+        })
+        .collect();
+    out
+}

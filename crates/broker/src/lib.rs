@@ -1,0 +1,22 @@
+//! The Kafka-compatible broker.
+//!
+//! - [`config`]: `server.properties` keys, defaults, layering.
+//! - [`broker`]: shared state (logs, metadata image) and topic changes.
+//! - [`server`]: the listener, start-up and graceful shutdown.
+//! - `connection`: framing, request header, in-order dispatch per
+//!   connection, limits (`socket.request.max.bytes`, idle timeout).
+//! - `handlers`: one file per Kafka API (decode, delegate, respond), each
+//!   declaring the versions it implements; `handlers::errors` maps storage
+//!   and broker errors to Kafka error codes in one place.
+
+pub mod broker;
+pub mod config;
+mod connection;
+pub mod error;
+mod handlers;
+pub mod server;
+
+pub use broker::Broker;
+pub use config::BrokerConfig;
+pub use error::{BrokerError, Result};
+pub use server::Server;

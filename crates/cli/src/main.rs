@@ -1,0 +1,120 @@
+//! The `sluice` binary. Today: `sluice server`, the single-node broker.
+//! The client subcommands (topic, produce, consume, group, perf, dump-log)
+//! arrive with the client crate.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use sluice_broker::{BrokerConfig, Server};
+
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about = "Kafka-compatible event streaming")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a broker (single node, its own controller). With no flags:
+    /// PLAINTEXT://127.0.0.1:9092, data in ./sluice-data.
+    Server(ServerArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ServerArgs {
+    /// A Kafka server.properties file.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Listener, e.g. PLAINTEXT://127.0.0.1:9092 (`listeners`).
+    #[arg(long)]
+    listeners: Option<String>,
+    /// Address given to clients (`advertised.listeners`).
+    #[arg(long)]
+    advertised_listeners: Option<String>,
+    /// Data folder (`log.dirs`).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// KEY=VALUE, wins over the file and the environment; repeatable.
+    #[arg(long = "override", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+}
+
+fn build_config(args: &ServerArgs) -> anyhow::Result<BrokerConfig> {
+    let mut config = BrokerConfig::default();
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        config.apply_properties(&text, &path.display().to_string())?;
+    }
+    config.apply_env(std::env::vars())?;
+    if let Some(l) = &args.listeners {
+        config.set("listeners", l)?;
+    }
+    if let Some(l) = &args.advertised_listeners {
+        config.set("advertised.listeners", l)?;
+    }
+    if let Some(d) = &args.data_dir {
+        config.set("log.dirs", &d.display().to_string())?;
+    }
+    for o in &args.overrides {
+        let (k, v) = o
+            .split_once('=')
+            .with_context(|| format!("--override {o:?}: expected KEY=VALUE"))?;
+        config.set(k, v)?;
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM");
+            return std::future::pending().await;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Server(args) => run_server(&args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_server(args: &ServerArgs) -> anyhow::Result<()> {
+    let config = build_config(args)?;
+    tracing::info!("starting sluice server");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("sluice")
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async {
+        let server = Server::bind(config).await?;
+        server.run(shutdown_signal()).await?;
+        anyhow::Ok(())
+    })
+}

@@ -1,0 +1,167 @@
+//! The metadata image: what the metadata records add up to.
+
+use std::collections::{BTreeMap, HashMap};
+
+use uuid::Uuid;
+
+use crate::records::{MetadataRecord, RESOURCE_BROKER, RESOURCE_TOPIC};
+
+/// One partition's placement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionImage {
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+/// One topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicImage {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: BTreeMap<i32, PartitionImage>,
+    /// Topic config overrides (keys not set use the broker defaults).
+    pub configs: BTreeMap<String, String>,
+}
+
+/// Topics by name and id, plus dynamic broker configs.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataImage {
+    topics: BTreeMap<String, TopicImage>,
+    names: HashMap<Uuid, String>,
+    broker_configs: BTreeMap<String, String>,
+}
+
+impl MetadataImage {
+    /// Applies one record. Records about unknown topics are ignored (a
+    /// topic removed earlier in the same log).
+    pub fn apply(&mut self, rec: &MetadataRecord) {
+        match rec {
+            MetadataRecord::Topic { name, topic_id } => {
+                self.names.insert(*topic_id, name.clone());
+                self.topics.insert(
+                    name.clone(),
+                    TopicImage {
+                        name: name.clone(),
+                        id: *topic_id,
+                        partitions: BTreeMap::new(),
+                        configs: BTreeMap::new(),
+                    },
+                );
+            }
+            MetadataRecord::Partition {
+                partition_id,
+                topic_id,
+                replicas,
+                isr,
+                leader,
+                leader_epoch,
+                partition_epoch,
+            } => {
+                if let Some(t) = self
+                    .names
+                    .get(topic_id)
+                    .and_then(|n| self.topics.get_mut(n))
+                {
+                    t.partitions.insert(
+                        *partition_id,
+                        PartitionImage {
+                            replicas: replicas.clone(),
+                            isr: isr.clone(),
+                            leader: *leader,
+                            leader_epoch: *leader_epoch,
+                            partition_epoch: *partition_epoch,
+                        },
+                    );
+                }
+            }
+            MetadataRecord::Config {
+                resource_type,
+                resource_name,
+                name,
+                value,
+            } => {
+                let target = match *resource_type {
+                    RESOURCE_TOPIC => self.topics.get_mut(resource_name).map(|t| &mut t.configs),
+                    RESOURCE_BROKER => Some(&mut self.broker_configs),
+                    _ => None,
+                };
+                if let Some(configs) = target {
+                    match value {
+                        Some(v) => configs.insert(name.clone(), v.clone()),
+                        None => configs.remove(name),
+                    };
+                }
+            }
+            MetadataRecord::RemoveTopic { topic_id } => {
+                if let Some(name) = self.names.remove(topic_id) {
+                    self.topics.remove(&name);
+                }
+            }
+        }
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&TopicImage> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: &Uuid) -> Option<&TopicImage> {
+        self.names.get(id).and_then(|n| self.topics.get(n))
+    }
+
+    pub fn topics(&self) -> impl Iterator<Item = &TopicImage> {
+        self.topics.values()
+    }
+
+    pub fn broker_configs(&self) -> &BTreeMap<String, String> {
+        &self.broker_configs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_build_the_image() {
+        let id = Uuid::from_u128(7);
+        let mut img = MetadataImage::default();
+        img.apply(&MetadataRecord::Topic {
+            name: "t".into(),
+            topic_id: id,
+        });
+        for p in 0..3 {
+            img.apply(&MetadataRecord::Partition {
+                partition_id: p,
+                topic_id: id,
+                replicas: vec![1],
+                isr: vec![1],
+                leader: 1,
+                leader_epoch: 0,
+                partition_epoch: 0,
+            });
+        }
+        img.apply(&MetadataRecord::Config {
+            resource_type: RESOURCE_TOPIC,
+            resource_name: "t".into(),
+            name: "retention.ms".into(),
+            value: Some("5".into()),
+        });
+        let t = img.topic("t").expect("topic");
+        assert_eq!(t.partitions.len(), 3);
+        assert_eq!(t.configs["retention.ms"], "5");
+        assert_eq!(img.topic_by_id(&id).map(|t| t.name.as_str()), Some("t"));
+        img.apply(&MetadataRecord::Config {
+            resource_type: RESOURCE_TOPIC,
+            resource_name: "t".into(),
+            name: "retention.ms".into(),
+            value: None,
+        });
+        assert!(img.topic("t").expect("topic").configs.is_empty());
+        img.apply(&MetadataRecord::RemoveTopic { topic_id: id });
+        assert!(img.topic("t").is_none());
+        assert_eq!(img.topics().count(), 0);
+    }
+}

@@ -1,0 +1,20 @@
+//! Cluster metadata, KRaft style: the controller owns an append-only log of
+//! metadata records (`__cluster_metadata-0`), and every broker holds the
+//! image those records build. On a single node the log is local and the
+//! broker is its own controller; for clusters the same record stream will be
+//! replicated by a Raft quorum.
+//!
+//! - [`records`]: Kafka's metadata record types and framing.
+//! - [`image`]: the in-memory picture the records build (topics, partitions,
+//!   configs).
+//! - [`store`]: the metadata log on disk, replayed at start.
+
+pub mod error;
+pub mod image;
+pub mod records;
+pub mod store;
+
+pub use error::{ControllerError, Result};
+pub use image::{MetadataImage, PartitionImage, TopicImage};
+pub use records::MetadataRecord;
+pub use store::MetadataStore;
