@@ -1,16 +1,30 @@
 #!/usr/bin/env bash
 # The whole test suite. Installs what the tests need on a fresh machine
-# (Python clients in a virtualenv under target/), then runs every test.
+# (kcat from Debian; Python clients in a virtualenv under target/), then runs
+# every Rust test and the compatibility tests against a real `sluice server`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if ! command -v kcat >/dev/null; then
+  if [[ $(id -u) -eq 0 ]]; then
+    apt-get update -qq && apt-get install -y -qq kcat >/dev/null
+  else
+    sudo apt-get update -qq && sudo apt-get install -y -qq kcat >/dev/null
+  fi
+fi
 
 VENV=target/test-venv
 if [[ ! -x $VENV/bin/python ]]; then
   python3 -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
-export SLUICE_PYTHON="$PWD/$VENV/bin/python"
+export SLUICETEST_PYTHON="$PWD/$VENV/bin/python"
 
 # Benchmarks must keep compiling; they are run by `cargo bench`, not here.
 cargo test --workspace --benches --no-run
 cargo test --workspace
+
+# Compatibility: unmodified Kafka clients against the real binary.
+cargo build -p sluice-cli
+export SLUICETEST_BIN="$PWD/target/debug/sluice"
+"$VENV/bin/python" -m pytest tests/compat -q -p no:cacheprovider

@@ -40,7 +40,7 @@ def missing(what):
     sys.stderr.write(
         "kafka_records.py: %s is not available to %s.\n"
         "Run scripts/test.sh (it installs tests/requirements.txt into "
-        "target/test-venv and sets SLUICE_PYTHON), or point SLUICE_PYTHON at "
+        "target/test-venv and sets SLUICETEST_PYTHON), or point SLUICETEST_PYTHON at "
         "a Python with those packages.\n" % (what, sys.executable)
     )
     sys.exit(MISSING)

@@ -365,9 +365,6 @@ impl BrokerConfig {
     pub fn apply_env(&mut self, vars: impl IntoIterator<Item = (String, String)>) -> Result<()> {
         for (k, v) in vars {
             if let Some(rest) = k.strip_prefix("SLUICE_") {
-                if rest == "LOG" || rest.is_empty() {
-                    continue; // not config: RUST_LOG-style knobs
-                }
                 let key = rest.to_ascii_lowercase().replace('_', ".");
                 self.set(&key, &v)?;
             }

@@ -18,7 +18,7 @@
 //!   Sluice's own codec to the records kafka-python put in, and decoded again
 //!   by kafka-python from Sluice's segment file.
 //!
-//! The Python interpreter is `$SLUICE_PYTHON` (set by `scripts/test.sh`,
+//! The Python interpreter is `$SLUICETEST_PYTHON` (set by `scripts/test.sh`,
 //! which installs `tests/requirements.txt` into `target/test-venv`), else
 //! `python3`. Without kafka-python and its codec libraries the tests fail
 //! rather than skip.
@@ -354,7 +354,7 @@ struct PyReport {
 }
 
 fn python() -> String {
-    std::env::var("SLUICE_PYTHON").unwrap_or_else(|_| "python3".to_string())
+    std::env::var("SLUICETEST_PYTHON").unwrap_or_else(|_| "python3".to_string())
 }
 
 fn script() -> PathBuf {
@@ -366,7 +366,7 @@ fn script() -> PathBuf {
 fn run_helper(command: &str, file: &Path) -> PyReport {
     const HINT: &str = "this test needs kafka-python and its codec libraries: run \
                         scripts/test.sh (it installs tests/requirements.txt into \
-                        target/test-venv and sets SLUICE_PYTHON to that interpreter)";
+                        target/test-venv and sets SLUICETEST_PYTHON to that interpreter)";
     let py = python();
     let out = Command::new(&py)
         .arg(script())
