@@ -586,3 +586,18 @@ mod tests {
         assert!(e.to_string().contains("log.segment.bytes"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod doc_tests {
+    /// docs/configuration.md lists every broker key.
+    #[test]
+    fn configuration_reference_lists_every_key() {
+        let doc = include_str!("../../../docs/configuration.md");
+        for (key, _, _) in super::BrokerConfig::describe() {
+            assert!(
+                doc.contains(&format!("`{key}`")),
+                "docs/configuration.md misses {key}"
+            );
+        }
+    }
+}
