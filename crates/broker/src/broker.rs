@@ -53,6 +53,8 @@ pub struct Broker {
     pub(crate) defaults: LogConfig,
     /// Woken after every append, for long-polling fetches.
     pub(crate) appended: tokio::sync::Notify,
+    /// Incremental fetch sessions (KIP-227).
+    pub(crate) fetch_sessions: crate::fetch_session::FetchSessionCache,
 }
 
 impl Broker {
@@ -85,6 +87,7 @@ impl Broker {
         )?;
         let metadata = MetadataStore::open(meta_log)?;
         let advertised = config.advertised_listener()?;
+        let fetch_sessions = crate::fetch_session::FetchSessionCache::from_config(&config);
         let broker = Arc::new(Self {
             config,
             node_id,
@@ -94,6 +97,7 @@ impl Broker {
             metadata,
             defaults,
             appended: tokio::sync::Notify::new(),
+            fetch_sessions,
         });
         broker.reconcile_logs()?;
         broker.logs.start_background();
@@ -395,6 +399,66 @@ impl Broker {
     /// Stops background work and closes the data folder cleanly.
     pub fn shutdown(&self) -> Result<()> {
         self.logs.shutdown()?;
+        Ok(())
+    }
+
+    /// Replaces a topic's config overrides with what `edit` makes of the
+    /// current ones (given with the broker defaults). `edit` runs under the
+    /// metadata change lock, so read-modify-write changes
+    /// (IncrementalAlterConfigs' APPEND and SUBTRACT) never lose a
+    /// concurrent change. The result is validated as a whole, recorded in
+    /// the metadata log and applied to the topic's logs at once.
+    pub(crate) fn edit_topic_configs(
+        &self,
+        name: &str,
+        validate_only: bool,
+        edit: impl FnOnce(
+            &std::collections::BTreeMap<String, String>,
+            &LogConfig,
+        )
+            -> std::result::Result<std::collections::BTreeMap<String, String>, ApiError>,
+    ) -> std::result::Result<(), ApiError> {
+        let _guard = self.metadata.lock_for_change();
+        let image = self.image();
+        let Some(t) = image.topic(name) else {
+            return Err(ApiError::new(
+                ResponseError::UnknownTopicOrPartition,
+                format!("The topic '{name}' does not exist."),
+            ));
+        };
+        let next = edit(&t.configs, &self.defaults)?;
+        let config = self
+            .defaults
+            .with_overrides(next.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .map_err(|e| crate::handlers::errors::storage_error(&e))?;
+        if validate_only {
+            return Ok(());
+        }
+        let keys: std::collections::BTreeSet<&String> =
+            t.configs.keys().chain(next.keys()).collect();
+        let records: Vec<MetadataRecord> = keys
+            .into_iter()
+            .filter(|k| t.configs.get(*k) != next.get(*k))
+            .map(|k| MetadataRecord::Config {
+                resource_type: RESOURCE_TOPIC,
+                resource_name: name.to_string(),
+                name: k.clone(),
+                value: next.get(k).cloned(),
+            })
+            .collect();
+        self.metadata.append(&records).map_err(internal)?;
+        for &p in t.partitions.keys() {
+            if let Some(log) = self.log(name, p) {
+                log.set_config(config.clone());
+            }
+        }
+        if !records.is_empty() {
+            tracing::info!(
+                topic = name,
+                changed = records.len(),
+                "altered topic configs"
+            );
+        }
         Ok(())
     }
 }

@@ -13,6 +13,7 @@ pub mod broker;
 pub mod config;
 mod connection;
 pub mod error;
+mod fetch_session;
 mod handlers;
 pub mod server;
 

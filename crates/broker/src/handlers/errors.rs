@@ -4,6 +4,7 @@ use proto_kafka::ResponseError;
 use sluice_storage::StorageError;
 
 use crate::broker::ApiError;
+use crate::error::BrokerError;
 
 /// The Kafka error code for a storage failure on a partition.
 pub(crate) fn storage_error(e: &StorageError) -> ApiError {
@@ -22,4 +23,23 @@ pub(crate) fn storage_error(e: &StorageError) -> ApiError {
         StorageError::Closed(_) => ResponseError::NotLeaderOrFollower,
     };
     ApiError::new(code, e.to_string())
+}
+
+/// The Kafka error code for a broker failure (a storage error inside
+/// keeps its storage mapping).
+pub(crate) fn broker_error(e: &BrokerError) -> ApiError {
+    match e {
+        BrokerError::Storage(e) => storage_error(e),
+        BrokerError::UnknownConfig(_) | BrokerError::InvalidConfig { .. } => {
+            ApiError::new(ResponseError::InvalidConfig, e.to_string())
+        }
+        BrokerError::Io { .. } => {
+            tracing::error!(error = %e, "broker I/O failure");
+            ApiError::new(ResponseError::KafkaStorageError, e.to_string())
+        }
+        BrokerError::Controller(_) | BrokerError::Malformed(_) => {
+            tracing::error!(error = %e, "internal error");
+            ApiError::new(ResponseError::UnknownServerError, e.to_string())
+        }
+    }
 }

@@ -1,129 +1,408 @@
 //! Fetch (key 1): read each requested partition from its fetch offset,
-//! within `partition_max_bytes` and the response's `max_bytes`, always
-//! returning a whole first batch (KIP-74); long-poll until `min_bytes` are
-//! available or `max_wait_ms` passes, woken by appends rather than polling.
-//! Consumers read up to the high watermark, followers to the log end.
+//! within `partition_max_bytes` and the response's `max_bytes` (capped by
+//! `fetch.max.bytes` for consumers), always returning a whole first batch
+//! (KIP-74); long-poll until `min_bytes` are available or `max_wait_ms`
+//! passes, woken by appends rather than polling. Consumers read up to the
+//! high watermark, followers to the log end.
+//!
+//! Fetch sessions (KIP-227, `crate::fetch_session`) decide which partitions
+//! are read (an incremental request reads every partition of its session)
+//! and which are answered (only changed ones). From v13 topics are named by
+//! id, resolved through the metadata image.
+//!
+//! Record bytes are not copied: each partition's records go into the
+//! response as a region of its segment file, sent with `sendfile(2)` by the
+//! connection (small regions are read into memory). The response is encoded
+//! with proto-kafka's `SegmentedBuf`, each region standing in as a
+//! placeholder slice of one shared zeroed buffer, stored without copying;
+//! the encoded segments are then split at the placeholders, which are
+//! recognised by their address.
 
-use std::sync::Arc;
+use std::io::IoSlice;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use proto_kafka::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use proto_kafka::messages::{BrokerId, FetchRequest, FetchResponse};
+use proto_kafka::messages::{BrokerId, FetchRequest, FetchResponse, ResponseHeader, TopicName};
+use proto_kafka::protocol::{Encodable, SegmentedBuf, StrBytes};
 use proto_kafka::ResponseError;
-use sluice_storage::ReadLimit;
+use sluice_controller::MetadataImage;
+use sluice_storage::{FileRegion, ReadLimit};
 
 use super::errors::storage_error;
-use super::Ctx;
+use super::{encode_frame, malformed, Ctx};
 use crate::broker::Broker;
+use crate::connection::{Chunk, Response};
+use crate::error::Result;
+use crate::fetch_session::{
+    PartitionKey, PartitionOutcome, PartitionRequest, TopicKey, TOPIC_ID_VERSION,
+};
 
-pub(crate) const VERSIONS: (i16, i16) = (4, 12);
+pub(crate) const VERSIONS: (i16, i16) = (4, 18);
 
 const READ_COMMITTED: i8 = 1;
 
-pub(crate) async fn handle(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> FetchResponse {
+/// Regions shorter than this are read into the response: a separate
+/// `sendfile` call is not worth it for a few records.
+const SENDFILE_MIN_BYTES: u64 = 4096;
+
+/// Size of the shared placeholder buffer; longer regions are read into
+/// memory. Allocated zeroed and never touched, so it costs address space
+/// only.
+const PLACEHOLDER_BYTES: usize = 64 << 20;
+
+fn placeholder_buffer() -> &'static Bytes {
+    static ZEROS: OnceLock<Bytes> = OnceLock::new();
+    ZEROS.get_or_init(|| Bytes::from(vec![0u8; PLACEHOLDER_BYTES]))
+}
+
+fn is_placeholder(b: &[u8]) -> bool {
+    !b.is_empty() && b.as_ptr() == placeholder_buffer().as_ptr()
+}
+
+pub(crate) async fn handle(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Response> {
+    let version = ctx.version;
+    let follower = req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0;
+    let by_id = version >= TOPIC_ID_VERSION;
+    let parts = requested_partitions(&req, by_id);
+    let forgotten = forgotten_partitions(&req, by_id);
+    let cache = &broker.fetch_sessions;
+    let fctx = cache.new_context(
+        version,
+        req.session_id,
+        req.session_epoch,
+        follower,
+        parts,
+        &forgotten,
+        cache.now_ms(),
+    );
+    let mut max_bytes = if req.max_bytes > 0 {
+        i64::from(req.max_bytes)
+    } else {
+        i64::MAX
+    };
+    if !follower {
+        let cap = broker.config.int("fetch.max.bytes");
+        if cap > 0 {
+            max_bytes = max_bytes.min(i64::from(cap));
+        }
+    }
+    let opts = ReadOptions {
+        limit: if follower {
+            ReadLimit::LogEnd
+        } else {
+            ReadLimit::HighWatermark
+        },
+        max_bytes,
+        read_committed: req.isolation_level == READ_COMMITTED,
+        version,
+    };
+    let min_bytes = i64::from(req.min_bytes.max(0));
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let deadline = tokio::time::Instant::now() + wait;
-    loop {
+    let reads = loop {
         // Register for the wake-up before reading, so an append between the
         // read and the wait is not missed.
         let appended = broker.appended.notified();
         tokio::pin!(appended);
         appended.as_mut().enable();
-        let (resp, bytes, errors) = read(broker, &req, ctx.version);
-        let satisfied = bytes >= i64::from(req.min_bytes.max(0)) || errors;
-        if satisfied || tokio::time::Instant::now() >= deadline || req.session_id != 0 {
-            return resp;
+        let reads = read(broker, fctx.partitions(), &opts);
+        let satisfied = fctx.partitions().is_empty() || reads.bytes >= min_bytes || reads.errors;
+        if satisfied || tokio::time::Instant::now() >= deadline {
+            break reads;
         }
         tokio::select! {
             () = appended => {}
-            () = tokio::time::sleep_until(deadline) => return read(broker, &req, ctx.version).0,
+            () = tokio::time::sleep_until(deadline) => break read(broker, fctx.partitions(), &opts),
+        }
+    };
+    let outcomes: Vec<PartitionOutcome> = reads.parts.iter().map(|p| p.outcome).collect();
+    let done = cache.complete(&fctx, &outcomes, cache.now_ms());
+    let mut resp = FetchResponse::default();
+    resp.error_code = done.error.map_or(0, |e| e.code());
+    resp.session_id = done.session_id;
+    let mut regions = Vec::new();
+    let mut last_topic: Option<&TopicKey> = None;
+    for ((p, read), include) in fctx.partitions().iter().zip(reads.parts).zip(done.include) {
+        if !include {
+            continue;
+        }
+        if last_topic != Some(&p.key.topic) {
+            let mut tr = FetchableTopicResponse::default();
+            match &p.key.topic {
+                TopicKey::Name(n) => tr.topic = TopicName(StrBytes::from_string(n.clone())),
+                TopicKey::Id(id) => tr.topic_id = *id,
+            }
+            resp.responses.push(tr);
+            last_topic = Some(&p.key.topic);
+        }
+        let mut pd = read.data;
+        if let Some(region) = read.region {
+            pd.records = Some(placeholder_buffer().slice(0..region.length as usize));
+            regions.push(region);
+        }
+        if let Some(tr) = resp.responses.last_mut() {
+            tr.partitions.push(pd);
+        }
+    }
+    encode(ctx, resp, regions)
+}
+
+/// The request's partitions, topics named by id from v13.
+fn requested_partitions(req: &FetchRequest, by_id: bool) -> Vec<PartitionRequest> {
+    let mut out = Vec::new();
+    for t in &req.topics {
+        let topic = if by_id {
+            TopicKey::Id(t.topic_id)
+        } else {
+            TopicKey::Name(t.topic.0.to_string())
+        };
+        for p in &t.partitions {
+            out.push(PartitionRequest {
+                key: PartitionKey {
+                    topic: topic.clone(),
+                    partition: p.partition,
+                },
+                fetch_offset: p.fetch_offset,
+                max_bytes: p.partition_max_bytes,
+            });
+        }
+    }
+    out
+}
+
+fn forgotten_partitions(req: &FetchRequest, by_id: bool) -> Vec<PartitionKey> {
+    let mut out = Vec::new();
+    for t in &req.forgotten_topics_data {
+        let topic = if by_id {
+            TopicKey::Id(t.topic_id)
+        } else {
+            TopicKey::Name(t.topic.0.to_string())
+        };
+        for &partition in &t.partitions {
+            out.push(PartitionKey {
+                topic: topic.clone(),
+                partition,
+            });
+        }
+    }
+    out
+}
+
+struct ReadOptions {
+    limit: ReadLimit,
+    max_bytes: i64,
+    read_committed: bool,
+    version: i16,
+}
+
+/// One partition's answer: its data without records, and the records as
+/// a file region still to be sent (or already in `data.records`).
+struct PartitionRead {
+    data: PartitionData,
+    region: Option<FileRegion>,
+    outcome: PartitionOutcome,
+}
+
+struct Reads {
+    parts: Vec<PartitionRead>,
+    /// Record bytes found.
+    bytes: i64,
+    /// Whether any partition had an error.
+    errors: bool,
+}
+
+/// One pass over the partitions, in order, sharing the response budget.
+fn read(broker: &Broker, parts: &[PartitionRequest], opts: &ReadOptions) -> Reads {
+    let image = broker.image();
+    let mut out = Reads {
+        parts: Vec::with_capacity(parts.len()),
+        bytes: 0,
+        errors: false,
+    };
+    for p in parts {
+        let budget = (opts.max_bytes - out.bytes).max(0);
+        let r = read_partition(broker, &image, p, opts, budget, out.bytes == 0);
+        out.bytes += r.region.as_ref().map_or(0, |r| r.length as i64)
+            + r.data.records.as_ref().map_or(0, |b| b.len() as i64);
+        out.errors |= r.outcome.error;
+        out.parts.push(r);
+    }
+    out
+}
+
+fn read_partition(
+    broker: &Broker,
+    image: &MetadataImage,
+    p: &PartitionRequest,
+    opts: &ReadOptions,
+    budget: i64,
+    first: bool,
+) -> PartitionRead {
+    let mut pd = PartitionData::default();
+    pd.partition_index = p.key.partition;
+    pd.high_watermark = -1;
+    pd.last_stable_offset = -1;
+    pd.log_start_offset = -1;
+    pd.preferred_read_replica = BrokerId(-1);
+    pd.aborted_transactions = opts.read_committed.then(Vec::new);
+    pd.records = Some(Bytes::new());
+    let mut region = None;
+    let name = match &p.key.topic {
+        TopicKey::Name(n) => Ok(n.as_str()),
+        TopicKey::Id(id) => image
+            .topic_by_id(id)
+            .map(|t| t.name.as_str())
+            .ok_or(ResponseError::UnknownTopicId),
+    };
+    let log = name.and_then(|n| {
+        broker
+            .log(n, p.key.partition)
+            .ok_or(ResponseError::UnknownTopicOrPartition)
+    });
+    match log {
+        Err(e) => pd.error_code = e.code(),
+        Ok(log) => {
+            let max = i64::from(p.max_bytes.max(0)).min(budget);
+            match log.read(p.fetch_offset, max as u64, opts.limit, first) {
+                Ok(info) => {
+                    pd.high_watermark = info.high_watermark;
+                    pd.last_stable_offset = info.high_watermark;
+                    if opts.version >= 5 {
+                        pd.log_start_offset = info.log_start_offset;
+                    }
+                    match info.region {
+                        Some(r)
+                            if r.length < SENDFILE_MIN_BYTES
+                                || r.length > PLACEHOLDER_BYTES as u64 =>
+                        {
+                            match r.read_to_vec() {
+                                Ok(v) => pd.records = Some(Bytes::from(v)),
+                                Err(e) => {
+                                    tracing::error!(partition = %log.topic_partition(), error = %e, "fetch read failed");
+                                    pd.error_code = ResponseError::KafkaStorageError.code();
+                                }
+                            }
+                        }
+                        other => region = other,
+                    }
+                }
+                Err(e) => {
+                    pd.error_code = storage_error(&e).code.code();
+                    pd.high_watermark = log.high_watermark();
+                    pd.last_stable_offset = log.high_watermark();
+                    if opts.version >= 5 {
+                        pd.log_start_offset = log.log_start_offset();
+                    }
+                }
+            }
+        }
+    }
+    let outcome = PartitionOutcome {
+        has_records: region.is_some() || pd.records.as_ref().is_some_and(|b| !b.is_empty()),
+        high_watermark: pd.high_watermark,
+        log_start_offset: pd.log_start_offset,
+        error: pd.error_code != 0,
+    };
+    PartitionRead {
+        data: pd,
+        region,
+        outcome,
+    }
+}
+
+/// Encodes the response frame as chunks: bytes, and the file regions
+/// behind the placeholders (in response order).
+fn encode(ctx: &Ctx, mut resp: FetchResponse, regions: Vec<FileRegion>) -> Result<Response> {
+    if regions.is_empty() {
+        return respond_copied(ctx, &resp);
+    }
+    match split_at_placeholders(ctx, &resp, &regions) {
+        Ok(chunks) => Ok(Response::from_chunks(chunks)),
+        Err(why) => {
+            // Never expected; the copy path gives the same bytes.
+            tracing::warn!(%why, "zero-copy fetch encoding failed; copying records");
+            let mut regions = regions.into_iter();
+            for pd in resp
+                .responses
+                .iter_mut()
+                .flat_map(|t| t.partitions.iter_mut())
+            {
+                if pd.records.as_deref().is_some_and(is_placeholder) {
+                    let region = regions
+                        .next()
+                        .ok_or_else(|| malformed("fetch placeholders outnumber regions"))?;
+                    let bytes = region
+                        .read_to_vec()
+                        .map_err(|e| malformed(format!("reading fetch region: {e}")))?;
+                    pd.records = Some(Bytes::from(bytes));
+                }
+            }
+            respond_copied(ctx, &resp)
         }
     }
 }
 
-/// One pass over the requested partitions: the response, the record bytes
-/// in it, and whether any partition had an error.
-fn read(broker: &Broker, req: &FetchRequest, version: i16) -> (FetchResponse, i64, bool) {
-    let mut resp = FetchResponse::default();
-    if req.session_id != 0 {
-        // No session was ever handed out (session_id 0 in every response).
-        resp.error_code = ResponseError::FetchSessionIdNotFound.code();
-        return (resp, 0, true);
-    }
-    let follower = req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0;
-    let limit = if follower {
-        ReadLimit::LogEnd
-    } else {
-        ReadLimit::HighWatermark
-    };
-    let mut budget = if req.max_bytes > 0 {
-        i64::from(req.max_bytes)
-    } else {
-        i64::MAX
-    };
-    let mut total = 0i64;
-    let mut errors = false;
-    for t in &req.topics {
-        let name = t.topic.0.to_string();
-        let mut tr = FetchableTopicResponse::default();
-        tr.topic = t.topic.clone();
-        tr.topic_id = t.topic_id;
-        for p in &t.partitions {
-            let mut pd = PartitionData::default();
-            pd.partition_index = p.partition;
-            pd.high_watermark = -1;
-            pd.last_stable_offset = -1;
-            pd.log_start_offset = -1;
-            pd.preferred_read_replica = BrokerId(-1);
-            pd.aborted_transactions = (req.isolation_level == READ_COMMITTED).then(Vec::new);
-            match broker.log(&name, p.partition) {
-                None => {
-                    pd.error_code = ResponseError::UnknownTopicOrPartition.code();
-                    errors = true;
-                }
-                Some(log) => {
-                    let max = i64::from(p.partition_max_bytes.max(0)).min(budget.max(0));
-                    let first = total == 0;
-                    match log.read(p.fetch_offset, max as u64, limit, first) {
-                        Ok(info) => {
-                            pd.high_watermark = info.high_watermark;
-                            pd.last_stable_offset = info.high_watermark;
-                            if version >= 5 {
-                                pd.log_start_offset = info.log_start_offset;
-                            }
-                            let bytes = match info.region.map(|r| r.read_to_vec()) {
-                                None => Bytes::new(),
-                                Some(Ok(v)) => Bytes::from(v),
-                                Some(Err(e)) => {
-                                    tracing::error!(partition = %log.topic_partition(), error = %e, "fetch read failed");
-                                    pd.error_code = ResponseError::KafkaStorageError.code();
-                                    errors = true;
-                                    Bytes::new()
-                                }
-                            };
-                            total += bytes.len() as i64;
-                            budget -= bytes.len() as i64;
-                            pd.records = Some(bytes);
-                        }
-                        Err(e) => {
-                            pd.error_code = storage_error(&e).code.code();
-                            pd.high_watermark = log.high_watermark();
-                            pd.last_stable_offset = log.high_watermark();
-                            if version >= 5 {
-                                pd.log_start_offset = log.log_start_offset();
-                            }
-                            errors = true;
-                        }
+fn respond_copied(ctx: &Ctx, resp: &FetchResponse) -> Result<Response> {
+    let buf = encode_frame(
+        ctx.correlation_id,
+        ctx.api_key.response_header_version(ctx.version),
+        |buf| resp.encode(buf, ctx.version),
+    )?;
+    Ok(Response::from(buf))
+}
+
+fn split_at_placeholders(
+    ctx: &Ctx,
+    resp: &FetchResponse,
+    regions: &[FileRegion],
+) -> std::result::Result<Vec<Chunk>, String> {
+    let mut buf = SegmentedBuf::new();
+    buf.put_i32(0);
+    ResponseHeader::default()
+        .with_correlation_id(ctx.correlation_id)
+        .encode(&mut buf, ctx.api_key.response_header_version(ctx.version))
+        .map_err(|e| format!("encoding response header: {e}"))?;
+    resp.encode(&mut buf, ctx.version)
+        .map_err(|e| format!("encoding response: {e}"))?;
+    let size = i32::try_from(buf.remaining() - 4).map_err(|_| "response over 2 GiB".to_string())?;
+    buf.patch_i32(0, size).map_err(|e| e.to_string())?;
+    let mut chunks = Vec::with_capacity(2 * regions.len() + 1);
+    let mut pending = BytesMut::new();
+    let mut next = regions.iter();
+    while buf.has_remaining() {
+        let consumed = {
+            let mut slices = [IoSlice::new(&[]); 64];
+            let n = buf.chunks_vectored(&mut slices);
+            if n == 0 {
+                return Err("encoded buffer stopped short".into());
+            }
+            let mut consumed = 0;
+            for s in &slices[..n] {
+                consumed += s.len();
+                if is_placeholder(s) {
+                    let region = next.next().ok_or("more placeholders than regions")?;
+                    if region.length != s.len() as u64 {
+                        return Err("placeholder and region lengths differ".into());
                     }
+                    if !pending.is_empty() {
+                        chunks.push(Chunk::Bytes(pending.split().freeze()));
+                    }
+                    chunks.push(Chunk::File(region.clone()));
+                } else {
+                    pending.extend_from_slice(s);
                 }
             }
-            if pd.records.is_none() {
-                pd.records = Some(Bytes::new());
-            }
-            tr.partitions.push(pd);
-        }
-        resp.responses.push(tr);
+            consumed
+        };
+        buf.advance(consumed);
     }
-    (resp, total, errors)
+    if next.next().is_some() {
+        return Err("fewer placeholders than regions".into());
+    }
+    if !pending.is_empty() {
+        chunks.push(Chunk::Bytes(pending.freeze()));
+    }
+    Ok(chunks)
 }

@@ -4,13 +4,21 @@
 //! the range it implements and is tested with, which is exactly what
 //! ApiVersions advertises.
 
+mod alter_configs;
 mod api_versions;
+mod create_partitions;
 mod create_topics;
+mod delete_records;
 mod delete_topics;
+mod describe_cluster;
+mod describe_configs;
+mod describe_log_dirs;
 pub(crate) mod errors;
 mod fetch;
+mod incremental_alter_configs;
 mod list_offsets;
 mod metadata;
+mod offset_for_leader_epoch;
 mod produce;
 mod sasl_handshake;
 
@@ -21,6 +29,7 @@ use proto_kafka::messages::{ApiKey, RequestHeader, ResponseHeader};
 use proto_kafka::protocol::{Decodable, Encodable};
 
 use crate::broker::Broker;
+use crate::connection::Response;
 use crate::error::{BrokerError, Result};
 
 /// Every implemented API with its version range.
@@ -33,6 +42,20 @@ pub(crate) const SUPPORTED: &[(ApiKey, (i16, i16))] = &[
     (ApiKey::ApiVersions, api_versions::VERSIONS),
     (ApiKey::CreateTopics, create_topics::VERSIONS),
     (ApiKey::DeleteTopics, delete_topics::VERSIONS),
+    (ApiKey::DeleteRecords, delete_records::VERSIONS),
+    (
+        ApiKey::OffsetForLeaderEpoch,
+        offset_for_leader_epoch::VERSIONS,
+    ),
+    (ApiKey::DescribeConfigs, describe_configs::VERSIONS),
+    (ApiKey::AlterConfigs, alter_configs::VERSIONS),
+    (ApiKey::DescribeLogDirs, describe_log_dirs::VERSIONS),
+    (ApiKey::CreatePartitions, create_partitions::VERSIONS),
+    (
+        ApiKey::IncrementalAlterConfigs,
+        incremental_alter_configs::VERSIONS,
+    ),
+    (ApiKey::DescribeCluster, describe_cluster::VERSIONS),
 ];
 
 fn supported(key: ApiKey) -> Option<(i16, i16)> {
@@ -44,7 +67,7 @@ fn malformed(what: impl std::fmt::Display) -> BrokerError {
 }
 
 /// Handles one request frame; `None` when no response is due (acks=0).
-pub(crate) async fn handle(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Option<BytesMut>> {
+pub(crate) async fn handle(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Option<Response>> {
     if frame.len() < 8 {
         return Err(malformed(format!(
             "request of {} bytes has no header",
@@ -63,7 +86,7 @@ pub(crate) async fn handle(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Opt
         if api_key == ApiKey::ApiVersions {
             // Clients probe with their newest ApiVersions; answer in v0
             // layout so any client can read the supported range.
-            return api_versions::unsupported_version(correlation_id).map(Some);
+            return api_versions::unsupported_version(correlation_id).map(|b| Some(b.into()));
         }
         return Err(malformed(format!(
             "{api_key:?} v{version} is not supported (supported: {min}-{max})"
@@ -99,8 +122,7 @@ pub(crate) async fn handle(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Opt
         }
         ApiKey::Fetch => {
             let req = decode(&mut frame, &ctx)?;
-            let resp = fetch::handle(broker, req, &ctx).await;
-            ctx.respond(&resp)
+            fetch::handle(broker, req, &ctx).await.map(Some)
         }
         ApiKey::ListOffsets => {
             let req = decode(&mut frame, &ctx)?;
@@ -118,6 +140,38 @@ pub(crate) async fn handle(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Opt
             let req = decode(&mut frame, &ctx)?;
             ctx.respond(&sasl_handshake::handle(req))
         }
+        ApiKey::CreatePartitions => {
+            let req = decode(&mut frame, &ctx)?;
+            ctx.respond(&create_partitions::handle(broker, req, &ctx))
+        }
+        ApiKey::DeleteRecords => {
+            let req = decode(&mut frame, &ctx)?;
+            ctx.respond(&delete_records::handle(broker, req, &ctx))
+        }
+        ApiKey::DescribeConfigs => {
+            let req = decode(&mut frame, &ctx)?;
+            ctx.respond(&describe_configs::handle(broker, req, &ctx))
+        }
+        ApiKey::AlterConfigs => {
+            let req = decode(&mut frame, &ctx)?;
+            ctx.respond(&alter_configs::handle(broker, req, &ctx))
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let req = decode(&mut frame, &ctx)?;
+            ctx.respond(&incremental_alter_configs::handle(broker, req, &ctx))
+        }
+        ApiKey::DescribeCluster => {
+            let req = decode(&mut frame, &ctx)?;
+            ctx.respond(&describe_cluster::handle(broker, req, &ctx))
+        }
+        ApiKey::DescribeLogDirs => {
+            let req = decode(&mut frame, &ctx)?;
+            ctx.respond(&describe_log_dirs::handle(broker, req, &ctx))
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            let req = decode(&mut frame, &ctx)?;
+            ctx.respond(&offset_for_leader_epoch::handle(broker, req, &ctx))
+        }
         other => Err(malformed(format!("API {other:?} is not implemented"))),
     }
 }
@@ -132,13 +186,13 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    fn respond<R: Encodable>(&self, resp: &R) -> Result<Option<BytesMut>> {
+    fn respond<R: Encodable>(&self, resp: &R) -> Result<Option<Response>> {
         encode_frame(
             self.correlation_id,
             self.api_key.response_header_version(self.version),
             |buf| resp.encode(buf, self.version),
         )
-        .map(Some)
+        .map(|b| Some(b.into()))
     }
 }
 
@@ -163,4 +217,74 @@ fn encode_frame(
     let size = (buf.len() - 4) as i32;
     buf[0..4].copy_from_slice(&size.to_be_bytes());
     Ok(buf)
+}
+
+/// Helpers for the handlers' unit tests: a broker in a temporary folder,
+/// request contexts, and encode/decode round trips.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use bytes::BytesMut;
+    use proto_kafka::messages::ApiKey;
+    use proto_kafka::protocol::{Decodable, Encodable};
+    use sluice_protocol::record::{BatchBuilder, Compression, Record};
+
+    use super::Ctx;
+    use crate::broker::Broker;
+    use crate::config::BrokerConfig;
+
+    /// A broker on `dir` with server-key overrides.
+    pub(crate) fn open_broker(dir: &Path, overrides: &[(&str, &str)]) -> Arc<Broker> {
+        let mut c = BrokerConfig::default();
+        c.set("log.dirs", &dir.display().to_string())
+            .expect("log.dirs");
+        for (k, v) in overrides {
+            c.set(k, v).expect("override");
+        }
+        Broker::open(c).expect("open broker")
+    }
+
+    pub(crate) fn ctx(api_key: ApiKey, version: i16) -> Ctx {
+        Ctx {
+            api_key,
+            version,
+            correlation_id: 1,
+            client_id: "test".into(),
+        }
+    }
+
+    /// Encodes at `version` (failing on fields the version cannot carry)
+    /// and decodes the bytes back.
+    pub(crate) fn roundtrip<R: Encodable + Decodable>(r: &R, version: i16) -> R {
+        let mut buf = BytesMut::new();
+        r.encode(&mut buf, version)
+            .unwrap_or_else(|e| panic!("encode v{version}: {e}"));
+        let mut bytes = buf.freeze();
+        let out =
+            R::decode(&mut bytes, version).unwrap_or_else(|e| panic!("decode v{version}: {e}"));
+        assert!(bytes.is_empty(), "v{version}: trailing bytes");
+        out
+    }
+
+    /// Appends `count` one-record batches to a partition (leader epoch 0)
+    /// and moves the high watermark to the log end, as Produce does.
+    pub(crate) fn append(broker: &Broker, topic: &str, partition: i32, count: usize) {
+        let log = broker.log(topic, partition).expect("log");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        for i in 0..count {
+            let mut b = BatchBuilder::new(Compression::None, now);
+            b.push(Record::new(
+                Some(format!("k{i}").into_bytes()),
+                Some(vec![b'v'; 100]),
+                now,
+            ));
+            let mut bytes = b.build(0).expect("batch");
+            log.append_as_leader(&mut bytes, 0).expect("append");
+        }
+        log.set_high_watermark(log.log_end_offset());
+    }
 }

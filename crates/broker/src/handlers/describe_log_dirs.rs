@@ -1,0 +1,180 @@
+//! DescribeLogDirs (key 35): the one data folder (`log.dirs`, as an
+//! absolute path) with the size of each requested partition's log (all
+//! partitions when the topic list is null; partitions not on this node are
+//! left out, as in Kafka). `offset_lag` is 0: there are no future logs
+//! being moved between folders. v4 adds the folder's file system size and
+//! usable space (`statvfs`); a folder that cannot be examined is reported
+//! with KAFKA_STORAGE_ERROR and no partitions, as Kafka reports an offline
+//! folder.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use proto_kafka::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use proto_kafka::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
+use proto_kafka::protocol::StrBytes;
+use proto_kafka::ResponseError;
+use sluice_controller::store::METADATA_TOPIC;
+
+use super::Ctx;
+use crate::broker::Broker;
+
+pub(crate) const VERSIONS: (i16, i16) = (1, 4);
+
+pub(crate) fn handle(
+    broker: &Arc<Broker>,
+    req: DescribeLogDirsRequest,
+    ctx: &Ctx,
+) -> DescribeLogDirsResponse {
+    let dir = absolute(&broker.config.data_dir());
+    let wanted: Option<HashSet<(String, i32)>> = req.topics.map(|topics| {
+        topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|&p| (t.topic.0.to_string(), p)))
+            .collect()
+    });
+    let mut result = DescribeLogDirsResult::default();
+    result.log_dir = StrBytes::from_string(dir.display().to_string());
+    match disk_space(&dir) {
+        Err(e) => {
+            tracing::error!(dir = %dir.display(), error = %e, "statvfs on the data folder failed");
+            result.error_code = ResponseError::KafkaStorageError.code();
+        }
+        Ok((total, usable)) => {
+            if ctx.version >= 4 {
+                result.total_bytes = total;
+                result.usable_bytes = usable;
+            }
+            let mut topics: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
+            for log in broker.logs.logs() {
+                let tp = log.topic_partition();
+                if tp.topic == METADATA_TOPIC {
+                    continue;
+                }
+                if let Some(w) = &wanted {
+                    if !w.contains(&(tp.topic.clone(), tp.partition)) {
+                        continue;
+                    }
+                }
+                let mut p = DescribeLogDirsPartition::default();
+                p.partition_index = tp.partition;
+                p.partition_size = i64::try_from(log.size_in_bytes()).unwrap_or(i64::MAX);
+                p.offset_lag = 0;
+                p.is_future_key = false;
+                topics.entry(tp.topic.clone()).or_default().push(p);
+            }
+            result.topics = topics
+                .into_iter()
+                .map(|(name, mut partitions)| {
+                    partitions.sort_by_key(|p| p.partition_index);
+                    let mut t = DescribeLogDirsTopic::default();
+                    t.name = TopicName(StrBytes::from_string(name));
+                    t.partitions = partitions;
+                    t
+                })
+                .collect();
+        }
+    }
+    let mut resp = DescribeLogDirsResponse::default();
+    resp.results = vec![result];
+    resp
+}
+
+fn absolute(dir: &Path) -> PathBuf {
+    std::fs::canonicalize(dir)
+        .or_else(|_| std::path::absolute(dir))
+        .unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// `(total, usable)` bytes of the file system holding `dir`, as Java's
+/// `FileStore.getTotalSpace` / `getUsableSpace` compute them.
+fn disk_space(dir: &Path) -> std::io::Result<(i64, i64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: statvfs is plain old data; all-zero is a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and outlives the call; `st` is a
+    // valid, exclusively borrowed out-parameter.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let frsize = u128::from(st.f_frsize);
+    let bytes = |blocks: u128| i64::try_from(blocks * frsize).unwrap_or(i64::MAX);
+    Ok((
+        bytes(u128::from(st.f_blocks)),
+        bytes(u128::from(st.f_bavail)),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use proto_kafka::messages::describe_log_dirs_request::DescribableLogDirTopic;
+    use proto_kafka::messages::ApiKey;
+
+    use super::super::test_support::{append, ctx, open_broker, roundtrip};
+    use super::*;
+
+    #[test]
+    fn sizes_per_partition_in_every_version() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(dir.path(), &[]);
+        broker.create_topic("a", 2, 1, &[], false).expect("create");
+        broker.create_topic("b", 1, 1, &[], false).expect("create");
+        append(&broker, "a", 1, 3);
+        let a1 = i64::try_from(broker.log("a", 1).expect("log").size_in_bytes()).expect("size");
+        assert!(a1 > 0);
+        for v in VERSIONS.0..=VERSIONS.1 {
+            let resp = roundtrip(
+                &handle(
+                    &broker,
+                    DescribeLogDirsRequest::default(),
+                    &ctx(ApiKey::DescribeLogDirs, v),
+                ),
+                v,
+            );
+            // `topics: []` (not null) asks for nothing; a default request is
+            // the empty list.
+            assert_eq!(resp.results.len(), 1);
+            assert!(resp.results[0].topics.is_empty());
+
+            let mut req = DescribeLogDirsRequest::default();
+            req.topics = None;
+            let resp = roundtrip(&handle(&broker, req, &ctx(ApiKey::DescribeLogDirs, v)), v);
+            let r = &resp.results[0];
+            assert_eq!(r.error_code, 0);
+            assert_eq!(
+                PathBuf::from(r.log_dir.as_str()),
+                std::fs::canonicalize(dir.path()).expect("canonical")
+            );
+            let names: Vec<&str> = r.topics.iter().map(|t| t.name.0.as_str()).collect();
+            assert_eq!(names, vec!["a", "b"]);
+            assert_eq!(r.topics[0].partitions.len(), 2);
+            assert_eq!(r.topics[0].partitions[1].partition_size, a1);
+            assert_eq!(r.topics[0].partitions[0].partition_size, 0);
+            if v >= 4 {
+                assert!(
+                    r.total_bytes > 0 && r.usable_bytes >= 0 && r.usable_bytes <= r.total_bytes
+                );
+            } else {
+                assert_eq!(r.total_bytes, -1);
+            }
+
+            let mut t = DescribableLogDirTopic::default();
+            t.topic = TopicName(StrBytes::from_static_str("a"));
+            t.partitions = vec![1, 9];
+            let mut req = DescribeLogDirsRequest::default();
+            req.topics = Some(vec![t]);
+            let resp = roundtrip(&handle(&broker, req, &ctx(ApiKey::DescribeLogDirs, v)), v);
+            let r = &resp.results[0];
+            assert_eq!(r.topics.len(), 1);
+            assert_eq!(r.topics[0].partitions.len(), 1);
+            assert_eq!(r.topics[0].partitions[0].partition_index, 1);
+        }
+        broker.shutdown().expect("shutdown");
+    }
+}
