@@ -260,6 +260,8 @@ const KEYS: &[(&str, Option<&str>, Kind, &str)] = &[
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     values: BTreeMap<String, String>,
+    /// Keys set by the file, environment or flags (not defaulted).
+    explicit: std::collections::BTreeSet<String>,
 }
 
 fn invalid(key: &str, value: &str, reason: impl Into<String>) -> BrokerError {
@@ -311,7 +313,10 @@ impl Default for BrokerConfig {
             .iter()
             .filter_map(|(k, d, _, _)| d.map(|d| (k.to_string(), d.to_string())))
             .collect();
-        Self { values }
+        Self {
+            values,
+            explicit: Default::default(),
+        }
     }
 }
 
@@ -338,7 +343,17 @@ impl BrokerConfig {
             ));
         }
         self.values.insert(key.to_string(), value.to_string());
+        self.explicit.insert(key.to_string());
         Ok(())
+    }
+
+    /// The value of `key` if it was set rather than defaulted (Kafka's
+    /// STATIC_BROKER_CONFIG source).
+    pub fn explicit_value(&self, key: &str) -> Option<String> {
+        self.explicit
+            .contains(key)
+            .then(|| self.values.get(key).cloned())
+            .flatten()
     }
 
     /// Applies a `server.properties` text (`key=value`, `#`/`!` comments).

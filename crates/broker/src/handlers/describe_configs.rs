@@ -234,14 +234,8 @@ fn server_default(key: &str) -> Option<&'static str> {
 }
 
 /// The value of a server key when it was set rather than defaulted.
-/// `BrokerConfig` keeps defaults and set values together, so a key set to
-/// exactly its default counts as defaulted.
 fn server_static(config: &BrokerConfig, key: &str) -> Option<String> {
-    let value = config.str(key);
-    match server_default(key) {
-        Some(d) => (value != d).then_some(value),
-        None => (!value.is_empty()).then_some(value),
-    }
+    config.explicit_value(key)
 }
 
 /// Kafka's `ConfigHelper.configSynonyms`: the set values of `key`'s
