@@ -15,10 +15,6 @@ use crate::broker::{ApiError, Broker};
 
 pub(crate) const VERSIONS: (i16, i16) = (2, 7);
 
-/// `DescribeConfigs` config source values.
-pub(crate) const SOURCE_TOPIC: i8 = 1;
-pub(crate) const SOURCE_DEFAULT: i8 = 5;
-
 pub(crate) fn handle(
     broker: &Arc<Broker>,
     req: CreateTopicsRequest,
@@ -65,20 +61,16 @@ pub(crate) fn handle(
                 }
                 r.num_partitions = topic.partitions.len() as i32;
                 r.replication_factor = 1;
-                if let Ok(config) = broker.log_config(&topic) {
+                if let Ok(entries) = super::describe_configs::topic_entries(broker, &topic) {
                     r.configs = Some(
-                        config
-                            .to_props()
+                        entries
                             .into_iter()
-                            .map(|(k, v)| {
+                            .map(|e| {
                                 let mut c = CreatableTopicConfigs::default();
-                                c.config_source = if topic.configs.contains_key(k) {
-                                    SOURCE_TOPIC
-                                } else {
-                                    SOURCE_DEFAULT
-                                };
-                                c.name = StrBytes::from_static_str(k);
-                                c.value = Some(StrBytes::from_string(v));
+                                c.name = StrBytes::from_string(e.name);
+                                c.value = e.value.map(StrBytes::from_string);
+                                c.read_only = e.read_only;
+                                c.config_source = e.source;
                                 c
                             })
                             .collect(),
