@@ -27,11 +27,12 @@ pub(crate) fn handle(broker: &Arc<Broker>, req: MetadataRequest, ctx: &Ctx) -> M
     let allow_create = ctx.version < 4 || req.allow_auto_topic_creation;
     let image = broker.image();
     let topics: Vec<MetadataResponseTopic> = match req.topics {
-        None => image
-            .topics()
-            .filter(|t| t.name != METADATA_TOPIC)
-            .map(|t| topic(broker, t, ctx.version))
-            .collect(),
+        // All topics: a null list, or in v0 (where the list is not
+        // nullable) an empty one (Kafka's `MetadataRequest.isAllTopics`).
+        None => all_topics(broker, &image, ctx.version),
+        Some(wanted) if wanted.is_empty() && ctx.version == 0 => {
+            all_topics(broker, &image, ctx.version)
+        }
         Some(wanted) => wanted
             .into_iter()
             .map(|w| {
@@ -71,6 +72,18 @@ pub(crate) fn handle(broker: &Arc<Broker>, req: MetadataRequest, ctx: &Ctx) -> M
     resp.topics = topics;
     resp.cluster_authorized_operations = OPS_NOT_REQUESTED;
     resp
+}
+
+fn all_topics(
+    broker: &Broker,
+    image: &sluice_controller::MetadataImage,
+    version: i16,
+) -> Vec<MetadataResponseTopic> {
+    image
+        .topics()
+        .filter(|t| t.name != METADATA_TOPIC)
+        .map(|t| topic(broker, t, version))
+        .collect()
 }
 
 fn topic(broker: &Broker, t: &TopicImage, version: i16) -> MetadataResponseTopic {

@@ -11,7 +11,8 @@ use proto_kafka::messages::produce_response::{PartitionProduceResponse, TopicPro
 use proto_kafka::messages::{ProduceRequest, ProduceResponse};
 use proto_kafka::protocol::StrBytes;
 use proto_kafka::ResponseError;
-use sluice_protocol::record::BatchIter;
+use sluice_protocol::record::{BatchIter, Compression};
+use sluice_protocol::ProtocolError;
 
 use super::errors::storage_error;
 use super::Ctx;
@@ -42,7 +43,7 @@ pub(crate) fn handle(
             } else {
                 match &topic {
                     Err(e) => Err(e.clone()),
-                    Ok(_) => append(broker, &name, pd.index, pd.records, acks),
+                    Ok(_) => append(broker, &name, pd.index, pd.records, acks, ctx.version),
                 }
             };
             match result {
@@ -73,10 +74,13 @@ fn append(
     partition: i32,
     records: Option<bytes::Bytes>,
     acks: i16,
+    version: i16,
 ) -> Result<sluice_storage::AppendInfo, ApiError> {
     let log = broker
         .log(topic, partition)
         .ok_or_else(|| ApiError::code(ResponseError::UnknownTopicOrPartition))?;
+    let records = records.unwrap_or_default();
+    check_records(&records, version)?;
     let config = log.config();
     if acks == -1 && config.min_insync_replicas > 1 {
         return Err(ApiError::new(
@@ -87,15 +91,6 @@ fn append(
             ),
         ));
     }
-    let records = records.unwrap_or_default();
-    // Produce v3+ carries exactly one batch per partition.
-    let batches = BatchIter::new(&records).take(2).count();
-    if batches > 1 {
-        return Err(ApiError::new(
-            ResponseError::InvalidRecord,
-            "Produce requests must contain exactly one record batch per partition",
-        ));
-    }
     let mut bytes = records.to_vec();
     let info = log
         .append_as_leader(&mut bytes, 0)
@@ -103,4 +98,46 @@ fn append(
     log.set_high_watermark(log.log_end_offset());
     broker.appended.notify_waiters();
     Ok(info)
+}
+
+/// Kafka's `ProduceRequest.validateRecords` (v3+), before the append:
+/// exactly one complete batch, of magic 2, and no zstd before v7. A partial
+/// batch does not count as one (Kafka's batch iterator stops there too).
+fn check_records(records: &[u8], version: i16) -> Result<(), ApiError> {
+    let mut batches = BatchIter::new(records);
+    let first = match batches.next() {
+        None => {
+            return Err(ApiError::new(
+                ResponseError::InvalidRecord,
+                format!(
+                    "Produce requests with version {version} must have at least one record batch per partition"
+                ),
+            ))
+        }
+        Some(Err(ProtocolError::UnsupportedMagic(_))) => {
+            return Err(ApiError::new(
+                ResponseError::InvalidRecord,
+                format!(
+                    "Produce requests with version {version} are only allowed to contain record batches with magic version 2"
+                ),
+            ))
+        }
+        Some(Err(e)) => return Err(ApiError::new(ResponseError::CorruptMessage, e.to_string())),
+        Some(Ok((_, header, _))) => header,
+    };
+    if version < 7 && matches!(first.compression(), Ok(Compression::Zstd)) {
+        return Err(ApiError::new(
+            ResponseError::UnsupportedCompressionType,
+            format!("Produce requests with version {version} cannot contain zstd-compressed batches (needs version 7)"),
+        ));
+    }
+    if batches.next().is_some() {
+        return Err(ApiError::new(
+            ResponseError::InvalidRecord,
+            format!(
+                "Produce requests with version {version} are only allowed to contain exactly one record batch per partition"
+            ),
+        ));
+    }
+    Ok(())
 }
