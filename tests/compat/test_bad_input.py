@@ -283,12 +283,9 @@ def test_acks0_produce_gets_no_response(srv, admin):
     c.close()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "broker bug: an acks=0 Produce that fails for a partition must close the connection "
-    "(Kafka's KafkaApis.handleProduceRequest), so the producer notices and refreshes "
-    "metadata; sluice drops the error (produce.rs returns None for acks=0, "
-    "handlers/mod.rs maps None to no response)"))
 def test_acks0_produce_error_closes_connection(srv, admin):
+    """Kafka closes the connection when an acks=0 produce fails for a
+    partition: the producer has no response to read the error from."""
     admin.create_topics([NewTopic("acks0-one-partition", 1, 1)])
     with wire.connect(srv) as s:
         produce_acks0(s, 1, "acks0-one-partition", 5, batch([b"nowhere"]))

@@ -20,12 +20,20 @@ use crate::broker::{ApiError, Broker};
 
 pub(crate) const VERSIONS: (i16, i16) = (3, 12);
 
-pub(crate) fn handle(
-    broker: &Arc<Broker>,
-    req: ProduceRequest,
-    ctx: &Ctx,
-) -> Option<ProduceResponse> {
+/// What the connection does after a produce.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Respond(ProduceResponse),
+    /// acks=0 and everything appended: no response.
+    Silent,
+    /// acks=0 and a partition failed: Kafka closes the connection so the
+    /// producer notices (it gets no response to read an error from).
+    Close(String),
+}
+
+pub(crate) fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx) -> Outcome {
     let acks = req.acks;
+    let mut first_error: Option<String> = None;
     let mut resp = ProduceResponse::default();
     for td in req.topic_data {
         let name = td.name.0.to_string();
@@ -55,6 +63,9 @@ pub(crate) fn handle(
                     }
                 }
                 Err(e) => {
+                    if first_error.is_none() {
+                        first_error = Some(format!("{name}-{}: {:?}", pd.index, e.code));
+                    }
                     pr.error_code = e.code.code();
                     if ctx.version >= 8 {
                         pr.error_message = e.message.map(StrBytes::from_string);
@@ -65,7 +76,11 @@ pub(crate) fn handle(
         }
         resp.responses.push(tr);
     }
-    (acks != 0).then_some(resp)
+    match (acks, first_error) {
+        (0, None) => Outcome::Silent,
+        (0, Some(e)) => Outcome::Close(format!("acks=0 produce failed for {e}")),
+        _ => Outcome::Respond(resp),
+    }
 }
 
 fn append(
