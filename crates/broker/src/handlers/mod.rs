@@ -116,8 +116,9 @@ pub(crate) async fn handle(broker: &Arc<Broker>, mut frame: Bytes) -> Result<Opt
         ApiKey::Produce => {
             let req = decode(&mut frame, &ctx)?;
             match produce::handle(broker, req, &ctx) {
-                Some(resp) => ctx.respond(&resp),
-                None => Ok(None),
+                produce::Outcome::Respond(resp) => ctx.respond(&resp),
+                produce::Outcome::Silent => Ok(None),
+                produce::Outcome::Close(why) => Err(malformed(why)),
             }
         }
         ApiKey::Fetch => {
