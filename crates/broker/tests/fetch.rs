@@ -793,6 +793,50 @@ async fn size_limits_and_kip74() {
     assert!(records_len(ps[0]) <= 30_000 && records_len(ps[0]) > 20_000);
     assert_eq!(records_len(ps[1]), 0);
     assert_eq!(ps[1].high_watermark, 30);
+    // A later partition whose first batch does not fit its limit gets no
+    // records rather than a partial batch (Kafka drops an incomplete first
+    // entry for v3+); only the response's first data may exceed a limit.
+    c.create_topic("cut", 2).await;
+    c.produce("cut", 0, 1, 10).await;
+    c.produce("cut", 1, 10, 2000).await;
+    let cut = |p: i32| Want {
+        partition: p,
+        offset: 0,
+        max: 10_000,
+    };
+    let resp = c
+        .fetch(
+            12,
+            &Fetch::new(12, "cut", Uuid::nil())
+                .parts(&[cut(0), cut(1)])
+                .build(),
+        )
+        .await;
+    let ps = partitions(&resp);
+    assert_eq!(
+        decode_records(ps[0].records.as_deref().unwrap_or_default()).len(),
+        1
+    );
+    assert_eq!(records_len(ps[1]), 0, "partial batch sent");
+    assert_eq!(ps[1].high_watermark, 10);
+    let resp = c
+        .fetch(
+            12,
+            &Fetch::new(12, "cut", Uuid::nil())
+                .parts(&[cut(1), cut(0)])
+                .build(),
+        )
+        .await;
+    let ps = partitions(&resp);
+    assert_eq!(
+        decode_records(ps[0].records.as_deref().unwrap_or_default()).len(),
+        10
+    );
+    assert_eq!(
+        decode_records(ps[1].records.as_deref().unwrap_or_default()).len(),
+        1
+    );
+
     // Tiny max_bytes still gets one whole batch (KIP-74), from the first
     // partition only.
     f.max_bytes = 1;

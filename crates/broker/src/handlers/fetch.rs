@@ -272,7 +272,13 @@ fn read_partition(
                     if opts.version >= 5 {
                         pd.log_start_offset = info.log_start_offset;
                     }
-                    match info.region {
+                    // A region cut inside its first batch holds no whole
+                    // record: Kafka (v3+) answers no records then, and the
+                    // partition gets its turn as the response's first.
+                    let region_found = info
+                        .region
+                        .filter(|r| first || r.length < max as u64 || !first_batch_cut(r));
+                    match region_found {
                         Some(r)
                             if r.length < SENDFILE_MIN_BYTES
                                 || r.length > PLACEHOLDER_BYTES as u64 =>
@@ -309,6 +315,24 @@ fn read_partition(
         data: pd,
         region,
         outcome,
+    }
+}
+
+/// Whether `r` ends inside the batch it starts with (its length field
+/// says the batch is longer than the region).
+fn first_batch_cut(r: &FileRegion) -> bool {
+    use std::os::unix::fs::FileExt;
+    const LENGTH_END: usize = 12; // base offset (8) + batch length (4)
+    let mut head = [0u8; LENGTH_END];
+    match r.file.read_exact_at(&mut head, r.position) {
+        Ok(()) => {
+            let len = i32::from_be_bytes([head[8], head[9], head[10], head[11]]);
+            LENGTH_END as u64 + u64::try_from(len).unwrap_or(0) > r.length
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "reading a batch header for fetch");
+            true
+        }
     }
 }
 
