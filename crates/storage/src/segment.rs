@@ -229,10 +229,17 @@ impl Segment {
             .map_or(0, |d| d.as_millis() as i64)
     }
 
-    /// Milliseconds this segment has been collecting records, for `segment.ms`.
-    pub(crate) fn time_waited_for_roll(&self, now_ms: i64) -> i64 {
+    /// How long this segment has been collecting records, for `segment.ms`
+    /// (Kafka's `timeWaitedForRoll`): the incoming batch's timestamp minus
+    /// the first batch's, or wall time since creation when the segment has
+    /// no timestamped batch.
+    pub(crate) fn time_waited_for_roll(&self, now_ms: i64, message_ts: i64) -> i64 {
         let first = self.first_batch_timestamp.load(Ordering::Acquire);
-        now_ms - if first >= 0 { first } else { self.created_ms }
+        if first >= 0 {
+            message_ts - first
+        } else {
+            now_ms - self.created_ms
+        }
     }
 
     /// Whether `[base, last]` fits the 32-bit relative offsets of this segment.

@@ -139,7 +139,7 @@ pub fn needs_cleaning(log: &Log, first_dirty: i64) -> Option<Cleanable> {
         .read_segments()
         .values()
         .find(|s| s.next_offset() > c.first_dirty)
-        .is_some_and(|s| s.time_waited_for_roll(now) > config.max_compaction_lag_ms);
+        .is_some_and(|s| s.time_waited_for_roll(now, now) > config.max_compaction_lag_ms);
     overdue.then_some(c)
 }
 

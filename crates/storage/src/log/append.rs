@@ -67,7 +67,13 @@ impl Log {
         }
         let last_offset = next - 1;
 
-        let segment = self.maybe_roll(&config, records.len() as u64, last_offset, now)?;
+        let segment = self.maybe_roll(
+            &config,
+            records.len() as u64,
+            last_offset,
+            now,
+            max_timestamp,
+        )?;
         segment
             .append(records, &batches, config.index_interval_bytes)
             .map_err(|e| self.go_offline(e))?;
@@ -106,12 +112,14 @@ impl Log {
         size: u64,
         last_offset: i64,
         now: i64,
+        max_timestamp: i64,
     ) -> Result<Arc<Segment>> {
         let active = self.active_segment();
         let non_empty = active.size() > 0;
         let full = non_empty && active.size() + size > config.segment_bytes;
         let aged = non_empty
-            && active.time_waited_for_roll(now) > config.segment_ms - config.segment_jitter_ms;
+            && active.time_waited_for_roll(now, max_timestamp)
+                > config.segment_ms - config.segment_jitter_ms;
         let index_full = active.index_full();
         let overflow = !active.can_hold_offset(last_offset);
         if full || aged || index_full || overflow {

@@ -481,3 +481,30 @@ fn flush_messages_moves_the_recovery_point() {
     log.flush().expect("explicit flush");
     assert_eq!(log.recovery_point(), 7);
 }
+
+#[test]
+fn segment_ms_compares_record_time_not_wall_time() {
+    // Records stamped a year ago, appended now: Kafka measures segment age
+    // from the first batch's timestamp to the incoming batch's, so these do
+    // not roll a segment per batch.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let config = LogConfig {
+        segment_ms: 1000,
+        ..LogConfig::default()
+    };
+    let log = open(dir.path(), config, &clock);
+    let old = T0 - 365 * 24 * 3_600_000;
+    for i in 0..5 {
+        log.append_as_leader(&mut batch(1, old + i * 100, "a"), 0)
+            .expect("append");
+    }
+    assert_eq!(log.segment_count(), 1);
+    log.append_as_leader(&mut batch(1, old + 1_500, "a"), 0)
+        .expect("append");
+    assert_eq!(
+        log.segment_count(),
+        2,
+        "rolled once the batches span segment.ms"
+    );
+}
