@@ -20,4 +20,5 @@ pub mod server;
 pub use broker::Broker;
 pub use config::BrokerConfig;
 pub use error::{BrokerError, Result};
+pub use handlers::decode_request;
 pub use server::Server;
