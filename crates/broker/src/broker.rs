@@ -339,7 +339,8 @@ impl Broker {
     }
 
     /// Sets (`Some`) or removes (`None`) topic config overrides, validated
-    /// together, and applies them to the topic's logs at once.
+    /// together, and applies them to the topic's logs at once. With
+    /// `replace_all`, overrides not named are removed (AlterConfigs).
     pub(crate) fn alter_topic_configs(
         &self,
         name: &str,
@@ -347,53 +348,20 @@ impl Broker {
         replace_all: bool,
         validate_only: bool,
     ) -> std::result::Result<(), ApiError> {
-        let _guard = self.metadata.lock_for_change();
-        let image = self.image();
-        let Some(t) = image.topic(name) else {
-            return Err(ApiError::code(ResponseError::UnknownTopicOrPartition));
-        };
-        let mut next = if replace_all {
-            Default::default()
-        } else {
-            t.configs.clone()
-        };
-        for (k, v) in changes {
-            match v {
-                Some(v) => next.insert(k.clone(), v.clone()),
-                None => next.remove(k),
+        self.edit_topic_configs(name, validate_only, |current, _| {
+            let mut next = if replace_all {
+                Default::default()
+            } else {
+                current.clone()
             };
-        }
-        let config = self
-            .defaults
-            .with_overrides(next.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .map_err(|e| ApiError::new(ResponseError::InvalidConfig, e.to_string()))?;
-        if validate_only {
-            return Ok(());
-        }
-        let mut records = Vec::new();
-        for k in t.configs.keys().chain(next.keys()) {
-            let old = t.configs.get(k);
-            let new = next.get(k);
-            if old != new
-                && !records
-                    .iter()
-                    .any(|r| matches!(r, MetadataRecord::Config { name, .. } if name == k))
-            {
-                records.push(MetadataRecord::Config {
-                    resource_type: RESOURCE_TOPIC,
-                    resource_name: name.to_string(),
-                    name: k.clone(),
-                    value: new.cloned(),
-                });
+            for (k, v) in changes {
+                match v {
+                    Some(v) => next.insert(k.clone(), v.clone()),
+                    None => next.remove(k),
+                };
             }
-        }
-        self.metadata.append(&records).map_err(internal)?;
-        for &p in t.partitions.keys() {
-            if let Some(log) = self.log(name, p) {
-                log.set_config(config.clone());
-            }
-        }
-        Ok(())
+            Ok(next)
+        })
     }
 
     /// Stops background work and closes the data folder cleanly.
