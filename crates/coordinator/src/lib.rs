@@ -8,3 +8,8 @@
 //!   CompletingRebalance, Stable, Dead).
 //! - `offsets`: committed offsets and group metadata as records with
 //!   Kafka's own key and value schemas.
+
+pub mod error;
+pub mod offsets;
+
+pub use error::CoordinatorError;
