@@ -10,6 +10,7 @@
 //!   Kafka's own key and value schemas.
 
 pub mod error;
+pub mod group;
 pub mod offsets;
 
 pub use error::CoordinatorError;
