@@ -9,6 +9,7 @@
 //! - `offsets`: committed offsets and group metadata as records with
 //!   Kafka's own key and value schemas.
 
+mod convert;
 pub mod error;
 pub mod group;
 pub mod offsets;
