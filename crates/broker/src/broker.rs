@@ -53,6 +53,9 @@ pub struct Broker {
     pub(crate) defaults: LogConfig,
     /// Woken after every append, for long-polling fetches.
     pub(crate) appended: tokio::sync::Notify,
+    /// Consumer group coordinators (one shard per `__consumer_offsets`
+    /// partition).
+    pub(crate) groups: crate::groups::Groups,
     /// Incremental fetch sessions (KIP-227).
     pub(crate) fetch_sessions: crate::fetch_session::FetchSessionCache,
 }
@@ -88,6 +91,7 @@ impl Broker {
         let metadata = MetadataStore::open(meta_log)?;
         let advertised = config.advertised_listener()?;
         let fetch_sessions = crate::fetch_session::FetchSessionCache::from_config(&config);
+        let groups = crate::groups::Groups::new(&config, node_id);
         let broker = Arc::new(Self {
             config,
             node_id,
@@ -98,8 +102,13 @@ impl Broker {
             defaults,
             appended: tokio::sync::Notify::new(),
             fetch_sessions,
+            groups,
         });
         broker.reconcile_logs()?;
+        broker
+            .groups
+            .load_all(&broker)
+            .map_err(|e| BrokerError::Malformed(format!("loading consumer groups: {e:?}")))?;
         broker.logs.start_background();
         Ok(broker)
     }
@@ -362,6 +371,29 @@ impl Broker {
             }
             Ok(next)
         })
+    }
+
+    /// Creates `__consumer_offsets` (compacted, `partitions` partitions)
+    /// when it does not exist yet, as Kafka does on first use.
+    pub(crate) fn ensure_offsets_topic(
+        &self,
+        partitions: i32,
+    ) -> std::result::Result<(), ApiError> {
+        if self.image().topic(CONSUMER_OFFSETS_TOPIC).is_some() {
+            return Ok(());
+        }
+        let configs = vec![
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            (
+                "segment.bytes".to_string(),
+                self.config.str("offsets.topic.segment.bytes"),
+            ),
+        ];
+        match self.create_topic(CONSUMER_OFFSETS_TOPIC, partitions, -1, &configs, false) {
+            Ok(_) => Ok(()),
+            Err(e) if e.code == ResponseError::TopicAlreadyExists => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Stops background work and closes the data folder cleanly.

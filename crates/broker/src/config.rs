@@ -243,6 +243,42 @@ const KEYS: &[(&str, Option<&str>, Kind, &str)] = &[
         "replication of __consumer_offsets",
     ),
     (
+        "group.min.session.timeout.ms",
+        Some("6000"),
+        Kind::Int,
+        "smallest consumer session timeout",
+    ),
+    (
+        "group.max.session.timeout.ms",
+        Some("1800000"),
+        Kind::Int,
+        "largest consumer session timeout",
+    ),
+    (
+        "group.initial.rebalance.delay.ms",
+        Some("3000"),
+        Kind::Int,
+        "wait for more members before the first rebalance of an empty group",
+    ),
+    (
+        "group.max.size",
+        Some("2147483647"),
+        Kind::Int,
+        "members per consumer group",
+    ),
+    (
+        "offsets.retention.minutes",
+        Some("10080"),
+        Kind::Int,
+        "keep committed offsets of empty groups this long",
+    ),
+    (
+        "offsets.topic.segment.bytes",
+        Some("104857600"),
+        Kind::Int,
+        "segment size of __consumer_offsets",
+    ),
+    (
         "fetch.max.bytes",
         Some("57671680"),
         Kind::Int,

@@ -14,6 +14,7 @@ pub mod config;
 mod connection;
 pub mod error;
 mod fetch_session;
+mod groups;
 mod handlers;
 pub mod server;
 

@@ -48,6 +48,10 @@ impl Server {
     /// Serves until `shutdown` resolves, then drains and closes cleanly.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
         let (stop_tx, stop_rx) = watch::channel(false);
+        let timers = tokio::spawn(crate::groups::run_timers(
+            Arc::clone(&self.broker),
+            stop_rx.clone(),
+        ));
         let mut tasks = tokio::task::JoinSet::new();
         tokio::pin!(shutdown);
         loop {
@@ -78,6 +82,7 @@ impl Server {
         {
             tracing::warn!("connections still busy after 30 s; closing anyway");
         }
+        let _ = timers.await;
         let broker = self.broker;
         tokio::task::spawn_blocking(move || broker.shutdown())
             .await
