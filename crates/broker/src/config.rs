@@ -279,6 +279,12 @@ const KEYS: &[(&str, Option<&str>, Kind, &str)] = &[
         "segment size of __consumer_offsets",
     ),
     (
+        "offsets.retention.check.interval.ms",
+        Some("600000"),
+        Kind::Long,
+        "how often expired offsets of empty groups are removed",
+    ),
+    (
         "fetch.max.bytes",
         Some("57671680"),
         Kind::Int,

@@ -64,7 +64,7 @@ pub(crate) async fn serve(
             tracing::warn!(%peer, error = %e, "truncated request; closing connection");
             return;
         }
-        match crate::handlers::handle(&broker, frame.freeze()).await {
+        match crate::handlers::handle(&broker, frame.freeze(), Some(peer)).await {
             Ok(Some(response)) => {
                 if let Err(e) = response.write_to(&mut wr, zero_copy).await {
                     tracing::debug!(%peer, error = %e, "writing response failed");

@@ -12,6 +12,7 @@
 //! JoinGroup and SyncGroup responses that wait for a rebalance are parked
 //! under a request token and released by a later call or by the timer task.
 
+use std::collections::BTreeSet;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,6 +22,8 @@ use proto_kafka::ResponseError;
 use sluice_coordinator::group::{
     Effects, GroupConfig, GroupCoordinator, GroupRecord, GroupResponse, RequestToken,
 };
+use sluice_coordinator::group::{GroupMetadataSnapshot, GroupState};
+use sluice_coordinator::offsets::ExpiryBase;
 use sluice_coordinator::offsets::{
     coordinator_partition, OffsetConfig, OffsetStore, Record as OffsetsRecord, Replayed,
 };
@@ -50,9 +53,11 @@ pub(crate) struct Groups {
     pub(crate) wake: tokio::sync::Notify,
     config: GroupConfig,
     offset_config: OffsetConfig,
+    /// `offsets.retention.check.interval.ms`.
+    pub(crate) retention_check_interval_ms: i64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -64,12 +69,14 @@ pub(crate) fn now_ms() -> i64 {
 
 impl Groups {
     pub(crate) fn new(config: &crate::config::BrokerConfig, node_id: i32) -> Self {
-        let mut gc = GroupConfig::default();
-        gc.min_session_timeout_ms = config.int("group.min.session.timeout.ms");
-        gc.max_session_timeout_ms = config.int("group.max.session.timeout.ms");
-        gc.initial_rebalance_delay_ms = config.int("group.initial.rebalance.delay.ms");
-        gc.max_size = config.int("group.max.size").max(1) as usize;
-        gc.member_id_seed = (now_ms() as u64) ^ (u64::from(node_id as u32) << 32);
+        let gc = GroupConfig {
+            min_session_timeout_ms: config.int("group.min.session.timeout.ms"),
+            max_session_timeout_ms: config.int("group.max.session.timeout.ms"),
+            initial_rebalance_delay_ms: config.int("group.initial.rebalance.delay.ms"),
+            max_size: config.int("group.max.size").max(1) as usize,
+            member_id_seed: (now_ms() as u64) ^ (u64::from(node_id as u32) << 32),
+            ..GroupConfig::default()
+        };
         let offset_config =
             OffsetConfig::with_retention_minutes(config.long("offsets.retention.minutes"));
         Self {
@@ -80,6 +87,7 @@ impl Groups {
             wake: tokio::sync::Notify::new(),
             config: gc,
             offset_config,
+            retention_check_interval_ms: config.long("offsets.retention.check.interval.ms").max(1),
         }
     }
 
@@ -133,7 +141,7 @@ impl Groups {
     /// Replays one partition into a fresh shard.
     fn load(&self, log: Arc<Log>) -> Result<Shard, ApiError> {
         let mut groups = GroupCoordinator::new(self.config.clone());
-        let mut offsets = OffsetStore::new(self.offset_config.clone());
+        let mut offsets = OffsetStore::new(self.offset_config);
         groups.begin_load();
         let mut next = log.log_start_offset();
         let end = log.log_end_offset();
@@ -170,6 +178,12 @@ impl Groups {
             if next == before {
                 break;
             }
+        }
+        // Groups with committed offsets but no metadata record (consumers
+        // that only assign()) exist as Empty groups, as Kafka loads them.
+        let load_time = now_ms();
+        for group in offsets.groups() {
+            groups.ensure_simple_group(load_time, group);
         }
         let mut shard = Shard {
             groups,
@@ -209,18 +223,39 @@ impl Groups {
             tracing::error!(error = ?e, "appending group records failed; reloading the partition");
             let log = Arc::clone(&shard.log);
             let unloaded = shard.groups.unload(now_ms());
-            drop(unloaded);
+            // Requests parked in the old state get NOT_COORDINATOR instead
+            // of waiting forever; so do those of these effects.
+            self.release(unloaded.responses);
+            self.release(
+                responses
+                    .into_iter()
+                    .map(|(t, r)| (t, not_coordinator(r)))
+                    .collect(),
+            );
             *shard = self.load(log)?;
             return Err(e);
         }
         self.wake.notify_one();
+        self.release(responses);
+        Ok(())
+    }
+
+    /// Sends responses to their parked requests.
+    fn release(&self, responses: Vec<(RequestToken, GroupResponse)>) {
         let mut parked = lock(&self.parked);
         for (token, response) in responses {
             if let Some(tx) = parked.remove(&token.0) {
                 let _ = tx.send(response);
             }
         }
-        Ok(())
+    }
+
+    /// Every loaded shard (ListGroups), in partition order.
+    pub(crate) fn loaded_shards(&self) -> Vec<Arc<Mutex<Shard>>> {
+        let shards = lock(&self.shards);
+        let mut keys: Vec<i32> = shards.keys().copied().collect();
+        keys.sort_unstable();
+        keys.iter().filter_map(|k| shards.get(k).cloned()).collect()
     }
 
     /// Appends offset records, then applies them to the store.
@@ -231,6 +266,76 @@ impl Groups {
     ) -> Result<(), ApiError> {
         append(&shard.log, records)?;
         shard.offsets.apply(records).map_err(internal)
+    }
+
+    /// Offset expiry over every loaded shard (Kafka's
+    /// `cleanupGroupMetadata`, run every
+    /// `offsets.retention.check.interval.ms`); returns how many offsets
+    /// expired.
+    pub(crate) fn expire_offsets(&self, now: i64) -> usize {
+        let shards: Vec<Arc<Mutex<Shard>>> = lock(&self.shards).values().cloned().collect();
+        let mut expired = 0;
+        for s in shards {
+            let mut shard = lock(&s);
+            match self.expire_shard(&mut shard, now) {
+                Ok(n) => expired += n,
+                Err(e) => tracing::error!(error = ?e, "offset expiry failed"),
+            }
+        }
+        if expired > 0 {
+            tracing::info!(expired, "removed expired committed offsets");
+        }
+        expired
+    }
+
+    /// Expires the offsets of one shard's groups as Kafka's
+    /// `ClassicGroup.offsetExpirationCondition`: an Empty group's offsets
+    /// `offsets.retention.minutes` after it became empty; a group without
+    /// protocol type (assign() users) and a Stable consumer group (topics
+    /// it does not subscribe to) after the last commit; other groups not
+    /// at all. Tombstones are appended before the store forgets the
+    /// offsets; an Empty group left without offsets is deleted.
+    pub(crate) fn expire_shard(&self, shard: &mut Shard, now: i64) -> Result<usize, ApiError> {
+        if shard.groups.is_loading() {
+            return Ok(0);
+        }
+        let mut ids: BTreeSet<String> = shard.offsets.groups().map(str::to_owned).collect();
+        if let Ok(listed) = shard.groups.list_groups(&[]) {
+            ids.extend(listed.into_iter().map(|g| g.group_id));
+        }
+        let mut expired = 0;
+        for id in ids {
+            let snapshot = shard.groups.snapshot(&id);
+            let state = shard.groups.group_state(&id);
+            let subscribed = snapshot.as_ref().and_then(subscribed_topics);
+            let base = match (&snapshot, state) {
+                (None, _) => Some(ExpiryBase::LastCommit),
+                (Some(s), _) if s.protocol_type.is_empty() => Some(ExpiryBase::LastCommit),
+                (Some(s), Some(GroupState::Empty)) => Some(ExpiryBase::EmptySince(
+                    (s.current_state_timestamp >= 0).then_some(s.current_state_timestamp),
+                )),
+                (Some(s), Some(GroupState::Stable))
+                    if s.protocol_type == "consumer" && subscribed.is_some() =>
+                {
+                    Some(ExpiryBase::LastCommit)
+                }
+                _ => None,
+            };
+            let out = shard
+                .offsets
+                .expire(&id, now, base, |t| {
+                    subscribed.as_ref().is_some_and(|s| s.contains(t))
+                })
+                .map_err(internal)?;
+            expired += out.records.len();
+            self.commit_records(shard, &out.records)?;
+            if out.all_expired && state == Some(GroupState::Empty) {
+                tracing::debug!(group = %id, "deleting empty group without offsets");
+                let (_, fx) = shard.groups.delete_groups(now, std::slice::from_ref(&id));
+                self.apply(shard, fx)?;
+            }
+        }
+        Ok(expired)
     }
 
     /// Runs the timers of every shard that is due; returns how long to
@@ -258,7 +363,19 @@ impl Groups {
 /// The timer task: sleeps until the earliest group deadline (at most 1 s),
 /// or until woken because a call may have moved it.
 pub(crate) async fn run_timers(broker: Arc<Broker>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let expiry_interval =
+        Duration::from_millis(broker.groups.retention_check_interval_ms.max(1) as u64);
+    let mut next_expiry = tokio::time::Instant::now() + expiry_interval;
     loop {
+        if tokio::time::Instant::now() >= next_expiry {
+            let b = Arc::clone(&broker);
+            if let Err(e) =
+                tokio::task::spawn_blocking(move || b.groups.expire_offsets(now_ms())).await
+            {
+                tracing::error!(error = %e, "offset expiry task failed");
+            }
+            next_expiry = tokio::time::Instant::now() + expiry_interval;
+        }
         let b = Arc::clone(&broker);
         let sleep = match tokio::task::spawn_blocking(move || b.groups.tick_all()).await {
             Ok(d) => d,
@@ -290,6 +407,58 @@ fn append(log: &Log, records: &[OffsetsRecord]) -> Result<(), ApiError> {
         .map_err(|e| crate::handlers::errors::storage_error(&e))?;
     log.set_high_watermark(log.log_end_offset());
     Ok(())
+}
+
+/// The same kind of response, answering NOT_COORDINATOR.
+fn not_coordinator(r: GroupResponse) -> GroupResponse {
+    use sluice_coordinator::group::{GroupError, JoinGroupResponse, SyncGroupResponse};
+    match r {
+        GroupResponse::Join(j) => GroupResponse::Join(JoinGroupResponse {
+            error: Some(GroupError::NotCoordinator),
+            generation_id: -1,
+            member_id: j.member_id,
+            ..Default::default()
+        }),
+        GroupResponse::Sync(_) => GroupResponse::Sync(SyncGroupResponse {
+            error: Some(GroupError::NotCoordinator),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The topics a consumer group subscribes to, as Kafka's
+/// `ClassicGroup.computeSubscribedTopics`: `None` unless the protocol type
+/// is "consumer" and every member's subscription parses; empty for a group
+/// without members.
+pub(crate) fn subscribed_topics(s: &GroupMetadataSnapshot) -> Option<BTreeSet<String>> {
+    if s.protocol_type != "consumer" {
+        return None;
+    }
+    if s.members.is_empty() {
+        return Some(BTreeSet::new());
+    }
+    s.protocol.as_ref()?;
+    let mut topics = BTreeSet::new();
+    for m in &s.members {
+        topics.extend(subscription_topics(&m.subscription)?);
+    }
+    Some(topics)
+}
+
+/// The topics of a `ConsumerProtocolSubscription` (any version: a version
+/// header, then the topic array comes first in all of them).
+fn subscription_topics(b: &[u8]) -> Option<Vec<String>> {
+    let mut rest = b.get(2..)?;
+    let count = i32::from_be_bytes(rest.get(..4)?.try_into().ok()?);
+    rest = rest.get(4..)?;
+    let mut topics = Vec::new();
+    for _ in 0..count.max(0) {
+        let len = usize::try_from(i16::from_be_bytes(rest.get(..2)?.try_into().ok()?)).ok()?;
+        let name = std::str::from_utf8(rest.get(2..2 + len)?).ok()?;
+        topics.push(name.to_owned());
+        rest = rest.get(2 + len..)?;
+    }
+    Some(topics)
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {

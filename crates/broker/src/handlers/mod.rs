@@ -8,19 +8,30 @@ mod alter_configs;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
+mod delete_groups;
 mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_groups;
 mod describe_log_dirs;
 pub(crate) mod errors;
 mod fetch;
+mod find_coordinator;
+mod heartbeat;
 mod incremental_alter_configs;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
 mod sasl_handshake;
+mod sync_group;
 
 use std::sync::Arc;
 
@@ -73,6 +84,17 @@ apis! {
     CreatePartitions => create_partitions, CreatePartitionsRequest;
     IncrementalAlterConfigs => incremental_alter_configs, IncrementalAlterConfigsRequest;
     DescribeCluster => describe_cluster, DescribeClusterRequest;
+    FindCoordinator => find_coordinator, FindCoordinatorRequest;
+    JoinGroup => join_group, JoinGroupRequest;
+    SyncGroup => sync_group, SyncGroupRequest;
+    Heartbeat => heartbeat, HeartbeatRequest;
+    LeaveGroup => leave_group, LeaveGroupRequest;
+    DescribeGroups => describe_groups, DescribeGroupsRequest;
+    ListGroups => list_groups, ListGroupsRequest;
+    DeleteGroups => delete_groups, DeleteGroupsRequest;
+    OffsetCommit => offset_commit, OffsetCommitRequest;
+    OffsetFetch => offset_fetch, OffsetFetchRequest;
+    OffsetDelete => offset_delete, OffsetDeleteRequest;
 }
 
 fn supported(key: ApiKey) -> Option<(i16, i16)> {
@@ -90,7 +112,7 @@ pub(crate) enum Parsed {
     UnsupportedApiVersions {
         correlation_id: i32,
     },
-    Request(Ctx, Request),
+    Request(Ctx, Box<Request>),
 }
 
 /// Parses a frame: header, API and version checks, body. Everything that
@@ -129,21 +151,28 @@ pub(crate) fn parse(mut frame: Bytes) -> Result<Parsed> {
             .as_ref()
             .map(|s| s.to_string())
             .unwrap_or_default(),
+        peer: None,
     };
     let req = decode_body(&mut frame, &ctx)?;
-    Ok(Parsed::Request(ctx, req))
+    Ok(Parsed::Request(ctx, Box::new(req)))
 }
 
-/// Handles one request frame; `None` when no response is due (acks=0).
-pub(crate) async fn handle(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<Response>> {
-    let (ctx, req) = match parse(frame)? {
+/// Handles one request frame from `peer`; `None` when no response is due
+/// (acks=0).
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    frame: Bytes,
+    peer: Option<std::net::SocketAddr>,
+) -> Result<Option<Response>> {
+    let (mut ctx, req) = match parse(frame)? {
         Parsed::UnsupportedApiVersions { correlation_id } => {
             // Clients probe with their newest ApiVersions; answer in v0
             // layout so any client can read the supported range.
             return api_versions::unsupported_version(correlation_id).map(|b| Some(b.into()));
         }
-        Parsed::Request(ctx, req) => (ctx, req),
+        Parsed::Request(ctx, req) => (ctx, *req),
     };
+    ctx.peer = peer;
     match req {
         Request::ApiVersions(req) => ctx.respond(&api_versions::handle(broker, req, &ctx)),
         Request::Metadata(req) => ctx.respond(&metadata::handle(broker, req, &ctx)),
@@ -171,6 +200,17 @@ pub(crate) async fn handle(broker: &Arc<Broker>, frame: Bytes) -> Result<Option<
         Request::OffsetForLeaderEpoch(req) => {
             ctx.respond(&offset_for_leader_epoch::handle(broker, req, &ctx))
         }
+        Request::FindCoordinator(req) => ctx.respond(&find_coordinator::handle(broker, req, &ctx)),
+        Request::JoinGroup(req) => ctx.respond(&join_group::handle(broker, req, &ctx).await),
+        Request::SyncGroup(req) => ctx.respond(&sync_group::handle(broker, req, &ctx).await),
+        Request::Heartbeat(req) => ctx.respond(&heartbeat::handle(broker, req, &ctx)),
+        Request::LeaveGroup(req) => ctx.respond(&leave_group::handle(broker, req, &ctx)),
+        Request::DescribeGroups(req) => ctx.respond(&describe_groups::handle(broker, req, &ctx)),
+        Request::ListGroups(req) => ctx.respond(&list_groups::handle(broker, req, &ctx)),
+        Request::DeleteGroups(req) => ctx.respond(&delete_groups::handle(broker, req, &ctx)),
+        Request::OffsetCommit(req) => ctx.respond(&offset_commit::handle(broker, req, &ctx)),
+        Request::OffsetFetch(req) => ctx.respond(&offset_fetch::handle(broker, req, &ctx)),
+        Request::OffsetDelete(req) => ctx.respond(&offset_delete::handle(broker, req, &ctx)),
     }
 }
 
@@ -187,6 +227,8 @@ pub(crate) struct Ctx {
     pub version: i16,
     pub correlation_id: i32,
     pub client_id: String,
+    /// The client's address (the connection's peer), when known.
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 impl Ctx {
@@ -256,6 +298,7 @@ pub(crate) mod test_support {
             version,
             correlation_id: 1,
             client_id: "test".into(),
+            peer: None,
         }
     }
 

@@ -1,0 +1,190 @@
+//! FindCoordinator (key 10): the coordinator of a consumer group is the
+//! leader of its `__consumer_offsets` partition, which on one node is this
+//! node. Looking a group up creates `__consumer_offsets` (compacted,
+//! `offsets.topic.num.partitions`) and loads the group's partition on first
+//! use, as Kafka does. v4+ batches keys (`coordinator_keys`), one result
+//! each; older versions look up `key`.
+//!
+//! Any group id is answered, the empty one included (Kafka hashes it like
+//! any other; JoinGroup and the other group APIs reject it). Sluice has no
+//! transaction coordinator: transactional ids (key type 1) get
+//! COORDINATOR_NOT_AVAILABLE, what Kafka answers while `__transaction_state`
+//! cannot be created; other key types get INVALID_REQUEST.
+
+use std::sync::Arc;
+
+use proto_kafka::messages::find_coordinator_response::Coordinator;
+use proto_kafka::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
+use proto_kafka::protocol::StrBytes;
+use proto_kafka::ResponseError;
+
+use super::Ctx;
+use crate::broker::{ApiError, Broker};
+
+pub(crate) const VERSIONS: (i16, i16) = (0, 6);
+
+const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
+
+/// Where one key's coordinator is, or why not: node id, host, port.
+type Found = Result<(i32, String, i32), ApiError>;
+
+pub(crate) fn handle(
+    broker: &Arc<Broker>,
+    req: FindCoordinatorRequest,
+    ctx: &Ctx,
+) -> FindCoordinatorResponse {
+    let mut resp = FindCoordinatorResponse::default();
+    let key_type = if ctx.version >= 1 {
+        req.key_type
+    } else {
+        KEY_TYPE_GROUP
+    };
+    if ctx.version >= 4 {
+        resp.coordinators = req
+            .coordinator_keys
+            .iter()
+            .map(|key| {
+                let mut c = Coordinator::default();
+                c.key = key.clone();
+                let (code, message, (node, host, port)) = outcome(find(broker, key_type, key));
+                c.error_code = code;
+                c.error_message = Some(StrBytes::from_string(message));
+                c.node_id = BrokerId(node);
+                c.host = StrBytes::from_string(host);
+                c.port = port;
+                c
+            })
+            .collect();
+        return resp;
+    }
+    let (code, message, (node, host, port)) = outcome(find(broker, key_type, &req.key));
+    resp.error_code = code;
+    if ctx.version >= 1 {
+        resp.error_message = Some(StrBytes::from_string(message));
+    }
+    resp.node_id = BrokerId(node);
+    resp.host = StrBytes::from_string(host);
+    resp.port = port;
+    resp
+}
+
+/// Error code, message (Kafka writes "NONE" on success) and node
+/// (`Node.noNode()`: -1, "", -1 on error).
+fn outcome(found: Found) -> (i16, String, (i32, String, i32)) {
+    match found {
+        Ok(node) => (0, "NONE".to_string(), node),
+        Err(e) => {
+            let message = e.message.unwrap_or_else(|| format!("{:?}", e.code));
+            (e.code.code(), message, (-1, String::new(), -1))
+        }
+    }
+}
+
+fn find(broker: &Arc<Broker>, key_type: i8, key: &str) -> Found {
+    match key_type {
+        KEY_TYPE_GROUP => {
+            broker.groups.shard(broker, key)?;
+            Ok((
+                broker.node_id,
+                broker.advertised.host.clone(),
+                i32::from(broker.advertised.port),
+            ))
+        }
+        KEY_TYPE_TRANSACTION => Err(ApiError::new(
+            ResponseError::CoordinatorNotAvailable,
+            "The coordinator is not available: Sluice has no transaction coordinator.",
+        )),
+        other => Err(ApiError::new(
+            ResponseError::InvalidRequest,
+            format!("Unknown coordinator type {other} in FindCoordinator request"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proto_kafka::messages::ApiKey;
+
+    use super::super::test_support::{ctx, open_broker, roundtrip};
+    use super::*;
+    use crate::broker::CONSUMER_OFFSETS_TOPIC;
+
+    #[test]
+    fn every_version_answers_this_node_and_creates_the_offsets_topic() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(
+            dir.path(),
+            &[
+                ("listeners", "PLAINTEXT://127.0.0.1:19092"),
+                ("offsets.topic.num.partitions", "3"),
+            ],
+        );
+        assert!(broker.image().topic(CONSUMER_OFFSETS_TOPIC).is_none());
+        for v in VERSIONS.0..=VERSIONS.1 {
+            let mut req = FindCoordinatorRequest::default();
+            if v >= 4 {
+                req.coordinator_keys = vec![
+                    StrBytes::from_static_str("g1"),
+                    StrBytes::from_static_str(""),
+                ];
+            } else {
+                req.key = StrBytes::from_static_str("g1");
+            }
+            let resp = roundtrip(&handle(&broker, req, &ctx(ApiKey::FindCoordinator, v)), v);
+            if v >= 4 {
+                assert_eq!(resp.coordinators.len(), 2);
+                for (c, key) in resp.coordinators.iter().zip(["g1", ""]) {
+                    assert_eq!(c.key.as_str(), key);
+                    assert_eq!(c.error_code, 0);
+                    assert_eq!(c.node_id, BrokerId(1));
+                    assert_eq!(c.host.as_str(), "127.0.0.1");
+                    assert_eq!(c.port, 19092);
+                }
+            } else {
+                assert_eq!(resp.error_code, 0, "v{v}");
+                assert_eq!(resp.node_id, BrokerId(1));
+                assert_eq!(resp.host.as_str(), "127.0.0.1");
+                assert_eq!(resp.port, 19092);
+                if v >= 1 {
+                    assert_eq!(resp.error_message.as_deref(), Some("NONE"));
+                }
+            }
+        }
+        let topic = broker.image().topic(CONSUMER_OFFSETS_TOPIC).cloned();
+        assert!(topic.is_some(), "__consumer_offsets created on first use");
+        broker.shutdown().expect("shutdown");
+    }
+
+    #[test]
+    fn transactional_and_unknown_key_types() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(dir.path(), &[("offsets.topic.num.partitions", "1")]);
+        for v in 1..=VERSIONS.1 {
+            for (key_type, code) in [
+                (KEY_TYPE_TRANSACTION, ResponseError::CoordinatorNotAvailable),
+                (7, ResponseError::InvalidRequest),
+            ] {
+                let mut req = FindCoordinatorRequest::default();
+                req.key_type = key_type;
+                if v >= 4 {
+                    req.coordinator_keys = vec![StrBytes::from_static_str("tx")];
+                } else {
+                    req.key = StrBytes::from_static_str("tx");
+                }
+                let resp = roundtrip(&handle(&broker, req, &ctx(ApiKey::FindCoordinator, v)), v);
+                let (got, node) = if v >= 4 {
+                    (
+                        resp.coordinators[0].error_code,
+                        resp.coordinators[0].node_id,
+                    )
+                } else {
+                    (resp.error_code, resp.node_id)
+                };
+                assert_eq!(got, code.code(), "v{v} key type {key_type}");
+                assert_eq!(node, BrokerId(-1));
+            }
+        }
+        broker.shutdown().expect("shutdown");
+    }
+}
