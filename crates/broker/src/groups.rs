@@ -96,10 +96,6 @@ impl Groups {
         coordinator_partition(group, self.partitions)
     }
 
-    pub(crate) fn num_partitions(&self) -> i32 {
-        self.partitions
-    }
-
     /// The shard of `group`, creating `__consumer_offsets` and loading the
     /// partition as needed.
     pub(crate) fn shard(
