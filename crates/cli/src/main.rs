@@ -1,6 +1,9 @@
-//! The `sluice` binary. Today: `sluice server`, the single-node broker.
-//! The client subcommands (topic, produce, consume, group, perf, dump-log)
-//! arrive with the client crate.
+//! The `sluice` binary: `sluice server`, the single-node broker, and
+//! `sluice dump-log` (module [`dump_log`]), which prints segment files.
+//! The client subcommands (topic, produce, consume, group, perf) arrive with
+//! the client crate.
+
+mod dump_log;
 
 use std::path::PathBuf;
 
@@ -20,6 +23,9 @@ enum Command {
     /// Run a broker (single node, its own controller). With no flags:
     /// PLAINTEXT://127.0.0.1:9092, data in ./sluice-data.
     Server(ServerArgs),
+    /// Print the contents of `.log`, `.index` and `.timeindex` segment files,
+    /// like kafka-dump-log.sh.
+    DumpLog(dump_log::DumpLogArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -94,6 +100,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Server(args) => run_server(&args),
+        Command::DumpLog(args) => dump_log::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -3,3 +3,14 @@
 //! wire.
 //!
 //! Being built (issue #5).
+
+pub mod accumulator;
+pub mod admin;
+pub mod cluster;
+pub mod connection;
+pub mod error;
+pub mod partitioner;
+
+pub use admin::Admin;
+pub use cluster::{ClientConfig, Cluster};
+pub use error::{ClientError, Result};

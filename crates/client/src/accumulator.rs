@@ -1,0 +1,771 @@
+//! The producer's record accumulator: per topic-partition queues of batches
+//! waiting for the sender.
+//!
+//! This module owns batching (`batch.size`), lingering (`linger.ms`), memory
+//! accounting with back-pressure (`buffer.memory`), encoding closed batches
+//! with [`BatchBuilder`] and the configured compression, and per-record
+//! completion handles ([`RecordHandle`]) that the sender resolves to offsets
+//! (`base offset + index`).
+//!
+//! It is pure: the current time is passed in as milliseconds (a manual
+//! clock), there are no threads, timers or I/O. The async producer awaits
+//! [`AppendOutcome::WouldBlock`] until [`RecordAccumulator::deallocate`] frees
+//! memory, and sleeps until [`RecordAccumulator::next_ready_ms`].
+//!
+//! Memory model: each appended record reserves its uncompressed encoded size
+//! (plus the 61-byte batch header for the first record of a batch) until the
+//! sender deallocates its batch. Java reserves whole `batch.size` buffers
+//! from a pool; reserving exact sizes keeps the same back-pressure semantics
+//! without a buffer pool.
+//!
+//! Idempotence hooks: each partition queue keeps `next_sequence`; when a
+//! producer id is set ([`RecordAccumulator::set_producer`]), drained batches
+//! get `base_sequence = next_sequence` and the counter advances by the batch's
+//! record count. Without one, producer id, epoch and base sequence stay -1.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use sluice_protocol::record::codec::{put_varint, ProducerInfo};
+use sluice_protocol::record::{BatchBuilder, Compression, Record};
+
+use crate::error::{ClientError, Result};
+
+/// Size of a v2 batch header (Kafka's `RECORD_BATCH_OVERHEAD`).
+pub const BATCH_HEADER_LEN: usize = 61;
+
+/// Producer settings the accumulator needs (Kafka 4 defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccumulatorConfig {
+    /// `batch.size`: a batch is closed once the next record would exceed it.
+    pub batch_size: usize,
+    /// `linger.ms`: an open batch is sent this long after its creation.
+    pub linger_ms: u64,
+    /// `buffer.memory`: bytes buffered before appends block.
+    pub buffer_memory: usize,
+    /// `compression.type`.
+    pub compression: Compression,
+}
+
+impl Default for AccumulatorConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 16_384,
+            linger_ms: 5,
+            buffer_memory: 33_554_432,
+            compression: Compression::None,
+        }
+    }
+}
+
+/// A topic and partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    /// Builds a topic-partition.
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+/// Identifies one batch for the lifetime of the accumulator.
+pub type BatchId = u64;
+
+/// Where an appended record sits: its batch and its index in that batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RecordHandle {
+    /// The batch the record was appended to.
+    pub batch_id: BatchId,
+    /// The record's position (offset delta) inside the batch.
+    pub index: u32,
+}
+
+impl RecordHandle {
+    /// The record's offset once its batch was written at `base_offset`.
+    pub fn offset(&self, base_offset: i64) -> i64 {
+        base_offset + i64::from(self.index)
+    }
+}
+
+/// Result of [`RecordAccumulator::append`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendOutcome {
+    /// The record was buffered.
+    Appended {
+        /// Resolves to the record's offset when the batch is acknowledged.
+        handle: RecordHandle,
+        /// Bytes reserved for the record (what the sticky partitioner counts).
+        size: usize,
+        /// The record's batch is full (the sender can be woken now).
+        batch_full: bool,
+        /// The record opened a new batch.
+        new_batch: bool,
+    },
+    /// Buffering the record would exceed `buffer.memory`: wait for
+    /// [`RecordAccumulator::deallocate`] and retry (within `max.block.ms`).
+    WouldBlock {
+        /// Bytes the record needs.
+        needed: usize,
+        /// Bytes currently free.
+        available: usize,
+    },
+}
+
+/// A batch being filled.
+#[derive(Debug)]
+struct OpenBatch {
+    id: BatchId,
+    builder: BatchBuilder,
+    size: usize,
+    base_timestamp: i64,
+    created_ms: u64,
+    closed: bool,
+}
+
+/// A batch drained for sending: encoded bytes plus what the sender needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadyBatch {
+    /// The batch's id (matches [`RecordHandle::batch_id`]).
+    pub id: BatchId,
+    /// Destination.
+    pub tp: TopicPartition,
+    /// The encoded v2 batch (base offset 0; the broker assigns offsets).
+    pub bytes: Vec<u8>,
+    /// Number of records.
+    pub record_count: u32,
+    /// Memory reserved for the batch, released by
+    /// [`RecordAccumulator::deallocate`].
+    pub reserved: usize,
+    /// When the batch was opened (for `delivery.timeout.ms`).
+    pub created_ms: u64,
+    /// Producer id, epoch and base sequence written in the header.
+    pub producer: ProducerInfo,
+    /// How many times the batch was re-enqueued for retry.
+    pub attempts: u32,
+}
+
+/// One partition's queue.
+#[derive(Debug, Default)]
+struct PartitionQueue {
+    /// Batches not drained yet, oldest first; only the last may be open.
+    batches: VecDeque<OpenBatch>,
+    /// Batches given back by the sender for retry; they go first.
+    retries: VecDeque<ReadyBatch>,
+    /// Next sequence number for idempotent batches.
+    next_sequence: i32,
+    /// Muted partitions (a batch in flight with max in-flight 1) are skipped.
+    muted: bool,
+}
+
+/// Per topic-partition record batches awaiting the sender.
+#[derive(Debug)]
+pub struct RecordAccumulator {
+    config: AccumulatorConfig,
+    queues: BTreeMap<TopicPartition, PartitionQueue>,
+    used_memory: usize,
+    next_batch_id: BatchId,
+    flushing: bool,
+    producer: Option<(i64, i16)>,
+}
+
+/// The exact uncompressed size of `record` encoded at `offset_delta` with
+/// `ts_delta` (Kafka's `DefaultRecord.sizeInBytes`).
+pub fn record_size(record: &Record, offset_delta: i32, ts_delta: i64) -> usize {
+    fn varint_len(v: i64) -> usize {
+        let mut buf = Vec::with_capacity(10);
+        put_varint(&mut buf, v);
+        buf.len()
+    }
+    fn nullable_len(b: Option<&[u8]>) -> usize {
+        match b {
+            None => 1,
+            Some(b) => varint_len(b.len() as i64) + b.len(),
+        }
+    }
+    let mut body = 1 + varint_len(ts_delta) + varint_len(i64::from(offset_delta));
+    body += nullable_len(record.key.as_deref());
+    body += nullable_len(record.value.as_deref());
+    body += varint_len(record.headers.len() as i64);
+    for h in &record.headers {
+        body += nullable_len(Some(&h.key)) + nullable_len(h.value.as_deref());
+    }
+    varint_len(body as i64) + body
+}
+
+impl RecordAccumulator {
+    /// An empty accumulator.
+    pub fn new(config: AccumulatorConfig) -> Self {
+        Self {
+            config,
+            queues: BTreeMap::new(),
+            used_memory: 0,
+            next_batch_id: 0,
+            flushing: false,
+            producer: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AccumulatorConfig {
+        &self.config
+    }
+
+    /// Bytes currently reserved by buffered batches.
+    pub fn used_memory(&self) -> usize {
+        self.used_memory
+    }
+
+    /// Bytes free before appends block.
+    pub fn available_memory(&self) -> usize {
+        self.config.buffer_memory.saturating_sub(self.used_memory)
+    }
+
+    /// Sets (or clears) the producer id and epoch for idempotent batches.
+    pub fn set_producer(&mut self, producer: Option<(i64, i16)>) {
+        self.producer = producer;
+    }
+
+    /// The next sequence number of `tp` (0 for a new partition).
+    pub fn next_sequence(&self, tp: &TopicPartition) -> i32 {
+        self.queues.get(tp).map_or(0, |q| q.next_sequence)
+    }
+
+    /// Appends `record` to `tp`'s open batch (opening a new one when it
+    /// would exceed `batch.size`), at time `now_ms`.
+    ///
+    /// A record larger than `batch.size` gets a batch of its own; one larger
+    /// than `buffer.memory` fails with [`ClientError::RecordTooLarge`].
+    pub fn append(
+        &mut self,
+        tp: &TopicPartition,
+        record: Record,
+        now_ms: u64,
+    ) -> Result<AppendOutcome> {
+        let batch_size = self.config.batch_size;
+        let queue = self.queues.entry(tp.clone()).or_default();
+        // Room in the open batch?
+        let fit = match queue.batches.back() {
+            Some(b) if !b.closed => {
+                let delta = i32::try_from(b.builder.len()).unwrap_or(i32::MAX);
+                let size = record_size(
+                    &record,
+                    delta,
+                    record.timestamp.wrapping_sub(b.base_timestamp),
+                );
+                if b.size + size <= batch_size {
+                    Some(size)
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        let (needed, new_batch) = match fit {
+            Some(size) => (size, false),
+            None => (BATCH_HEADER_LEN + record_size(&record, 0, 0), true),
+        };
+        if needed > self.config.buffer_memory {
+            return Err(ClientError::RecordTooLarge {
+                size: needed,
+                limit: self.config.buffer_memory,
+                limit_name: "buffer.memory",
+            });
+        }
+        let available = self.config.buffer_memory.saturating_sub(self.used_memory);
+        if needed > available {
+            return Ok(AppendOutcome::WouldBlock { needed, available });
+        }
+        if new_batch {
+            if let Some(b) = queue.batches.back_mut() {
+                b.closed = true;
+            }
+            let id = self.next_batch_id;
+            self.next_batch_id += 1;
+            queue.batches.push_back(OpenBatch {
+                id,
+                builder: BatchBuilder::new(self.config.compression, record.timestamp),
+                size: 0,
+                base_timestamp: record.timestamp,
+                created_ms: now_ms,
+                closed: false,
+            });
+        }
+        self.used_memory += needed;
+        let Some(b) = queue.batches.back_mut() else {
+            return Err(ClientError::InvalidArgument("no open batch".into()));
+        };
+        let index = b.builder.len() as u32;
+        b.builder.push(record);
+        b.size += needed;
+        // Full when even a minimal record (7 bytes) would no longer fit.
+        if b.size + 7 > batch_size {
+            b.closed = true;
+        }
+        let (handle, batch_full) = (
+            RecordHandle {
+                batch_id: b.id,
+                index,
+            },
+            b.closed,
+        );
+        Ok(AppendOutcome::Appended {
+            handle,
+            size: needed,
+            batch_full,
+            new_batch,
+        })
+    }
+
+    fn is_ready(&self, q: &PartitionQueue, now_ms: u64) -> bool {
+        if q.muted {
+            return false;
+        }
+        if !q.retries.is_empty() {
+            return true;
+        }
+        match q.batches.front() {
+            None => false,
+            Some(b) => {
+                b.closed
+                    || self.flushing
+                    || now_ms.saturating_sub(b.created_ms) >= self.config.linger_ms
+            }
+        }
+    }
+
+    /// Partitions with a batch ready to send at `now_ms` (full, lingered long
+    /// enough, being flushed, or a retry), unmuted ones only.
+    pub fn ready(&self, now_ms: u64) -> Vec<TopicPartition> {
+        self.queues
+            .iter()
+            .filter(|(_, q)| self.is_ready(q, now_ms))
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+
+    /// When the next open batch's linger expires (the sender's wake-up
+    /// time), or `None` without pending batches. A time `<= now` means some
+    /// batch is ready already.
+    pub fn next_ready_ms(&self) -> Option<u64> {
+        self.queues
+            .values()
+            .filter(|q| !q.muted)
+            .filter_map(|q| {
+                if !q.retries.is_empty() {
+                    return Some(0);
+                }
+                q.batches.front().map(|b| {
+                    if b.closed || self.flushing {
+                        0
+                    } else {
+                        b.created_ms.saturating_add(self.config.linger_ms)
+                    }
+                })
+            })
+            .min()
+    }
+
+    /// Drains every ready batch of every unmuted partition, oldest first per
+    /// partition (retries before new batches), encoded with the configured
+    /// compression. Memory stays reserved until [`Self::deallocate`].
+    pub fn drain(&mut self, now_ms: u64) -> Result<Vec<ReadyBatch>> {
+        let tps = self.ready(now_ms);
+        let mut out = Vec::new();
+        for tp in tps {
+            out.extend(self.drain_partition(&tp, now_ms)?);
+        }
+        Ok(out)
+    }
+
+    /// Drains the ready batches of one partition (see [`Self::drain`]).
+    pub fn drain_partition(&mut self, tp: &TopicPartition, now_ms: u64) -> Result<Vec<ReadyBatch>> {
+        let flushing = self.flushing;
+        let linger = self.config.linger_ms;
+        let producer = self.producer;
+        let Some(q) = self.queues.get_mut(tp) else {
+            return Ok(Vec::new());
+        };
+        if q.muted {
+            return Ok(Vec::new());
+        }
+        let mut out: Vec<ReadyBatch> = q.retries.drain(..).collect();
+        while let Some(b) = q.batches.front() {
+            let ready = b.closed || flushing || now_ms.saturating_sub(b.created_ms) >= linger;
+            if !ready {
+                break;
+            }
+            let Some(b) = q.batches.pop_front() else {
+                break;
+            };
+            let count = b.builder.len() as u32;
+            let info = match producer {
+                Some((producer_id, producer_epoch)) => {
+                    let base_sequence = q.next_sequence;
+                    q.next_sequence = q.next_sequence.wrapping_add(count as i32) & i32::MAX;
+                    ProducerInfo {
+                        producer_id,
+                        producer_epoch,
+                        base_sequence,
+                    }
+                }
+                None => ProducerInfo::default(),
+            };
+            let builder = b.builder.producer(info, false);
+            let bytes = builder
+                .build(0)
+                .map_err(|e| ClientError::Protocol(e.to_string()))?;
+            out.push(ReadyBatch {
+                id: b.id,
+                tp: tp.clone(),
+                bytes,
+                record_count: count,
+                reserved: b.size,
+                created_ms: b.created_ms,
+                producer: info,
+                attempts: 0,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Releases the memory of a batch the sender finished with (acknowledged
+    /// or failed for good), unblocking waiting appends.
+    pub fn deallocate(&mut self, batch: &ReadyBatch) {
+        self.used_memory = self.used_memory.saturating_sub(batch.reserved);
+    }
+
+    /// Gives a drained batch back for a retry; it is drained again before
+    /// newer batches of its partition, unchanged (same sequence numbers).
+    pub fn reenqueue(&mut self, mut batch: ReadyBatch) {
+        batch.attempts += 1;
+        let q = self.queues.entry(batch.tp.clone()).or_default();
+        // Keep retries ordered by batch id (i.e. by append order).
+        let pos = q
+            .retries
+            .iter()
+            .position(|r| r.id > batch.id)
+            .unwrap_or(q.retries.len());
+        q.retries.insert(pos, batch);
+    }
+
+    /// Mutes a partition (its batches are not drained) while a batch is in
+    /// flight, for `max.in.flight.requests.per.connection = 1` ordering.
+    pub fn mute(&mut self, tp: &TopicPartition) {
+        self.queues.entry(tp.clone()).or_default().muted = true;
+    }
+
+    /// Unmutes a partition.
+    pub fn unmute(&mut self, tp: &TopicPartition) {
+        if let Some(q) = self.queues.get_mut(tp) {
+            q.muted = false;
+        }
+    }
+
+    /// Makes every batch ready regardless of `linger.ms` (`flush()`), until
+    /// [`Self::end_flush`].
+    pub fn begin_flush(&mut self) {
+        self.flushing = true;
+    }
+
+    /// Ends a flush.
+    pub fn end_flush(&mut self) {
+        self.flushing = false;
+    }
+
+    /// Whether a flush is in progress.
+    pub fn is_flushing(&self) -> bool {
+        self.flushing
+    }
+
+    /// Whether any record is still buffered (not drained).
+    pub fn has_undrained(&self) -> bool {
+        self.queues
+            .values()
+            .any(|q| !q.batches.is_empty() || !q.retries.is_empty())
+    }
+
+    /// Drops every undrained batch (producer close with a zero timeout),
+    /// returning the ids whose records must fail, and frees their memory.
+    pub fn abort_undrained(&mut self) -> Vec<BatchId> {
+        let mut ids = Vec::new();
+        let mut freed = 0;
+        for q in self.queues.values_mut() {
+            for b in q.batches.drain(..) {
+                freed += b.size;
+                ids.push(b.id);
+            }
+            for r in q.retries.drain(..) {
+                freed += r.reserved;
+                ids.push(r.id);
+            }
+        }
+        self.used_memory = self.used_memory.saturating_sub(freed);
+        ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_protocol::record::codec::decode_batch;
+    use sluice_protocol::record::BatchHeader;
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition::new("t", p)
+    }
+
+    fn rec(value_len: usize, ts: i64) -> Record {
+        Record::new(Some(b"k".to_vec()), Some(vec![b'v'; value_len]), ts)
+    }
+
+    fn appended(o: AppendOutcome) -> (RecordHandle, usize, bool, bool) {
+        match o {
+            AppendOutcome::Appended {
+                handle,
+                size,
+                batch_full,
+                new_batch,
+            } => (handle, size, batch_full, new_batch),
+            AppendOutcome::WouldBlock { .. } => panic!("unexpected would-block"),
+        }
+    }
+
+    #[test]
+    fn record_size_matches_encoding() {
+        let r = Record::new(Some(b"key".to_vec()), None, 1000)
+            .with_header(b"h", Some(b"vv"))
+            .with_header(b"n", None);
+        for (d, ts) in [(0, 0i64), (5, 300), (200, -70_000)] {
+            let mut out = Vec::new();
+            sluice_protocol::record::codec::encode_record(&mut out, &r, d, ts);
+            assert_eq!(record_size(&r, d, ts), out.len());
+        }
+    }
+
+    #[test]
+    fn records_share_a_batch_until_linger() -> Result<()> {
+        let mut acc = RecordAccumulator::new(AccumulatorConfig::default());
+        let (h0, _, full, new) = appended(acc.append(&tp(0), rec(10, 100), 1000)?);
+        assert!(new && !full);
+        let (h1, _, _, new) = appended(acc.append(&tp(0), rec(10, 101), 1002)?);
+        assert!(!new);
+        assert_eq!(h0.batch_id, h1.batch_id);
+        assert_eq!((h0.index, h1.index), (0, 1));
+        assert!(acc.ready(1004).is_empty());
+        assert_eq!(acc.next_ready_ms(), Some(1005));
+        assert!(acc.drain(1004)?.is_empty());
+        assert_eq!(acc.ready(1005), vec![tp(0)]);
+        let batches = acc.drain(1005)?;
+        assert_eq!(batches.len(), 1);
+        let b = &batches[0];
+        assert_eq!((b.id, b.record_count, b.attempts), (h0.batch_id, 2, 0));
+        assert_eq!(b.reserved, acc.used_memory());
+        assert_eq!(b.bytes.len(), b.reserved, "uncompressed size is exact");
+        let header =
+            BatchHeader::parse(&b.bytes).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        assert_eq!(header.producer_id, -1);
+        assert_eq!(header.producer_epoch, -1);
+        assert_eq!(header.base_sequence, -1);
+        assert_eq!(header.records_count, 2);
+        assert_eq!(h1.offset(500), 501);
+        acc.deallocate(b);
+        assert_eq!(acc.used_memory(), 0);
+        assert!(!acc.has_undrained());
+        assert_eq!(acc.next_ready_ms(), None);
+        Ok(())
+    }
+
+    #[test]
+    fn batch_size_closes_batches() -> Result<()> {
+        let cfg = AccumulatorConfig {
+            batch_size: 1000,
+            ..Default::default()
+        };
+        let mut acc = RecordAccumulator::new(cfg);
+        let mut ids = Vec::new();
+        for i in 0..20 {
+            let (h, _, _, _) = appended(acc.append(&tp(0), rec(100, i), 0)?);
+            ids.push(h);
+        }
+        // Closed batches are ready before linger; the open one is not.
+        let drained = acc.drain(0)?;
+        assert!(drained.len() >= 2);
+        for b in &drained {
+            assert!(b.bytes.len() <= 1000, "batch of {}", b.bytes.len());
+        }
+        // In order, ids ascending, indexes consecutive.
+        let mut total = 0;
+        for w in drained.windows(2) {
+            assert!(w[0].id < w[1].id);
+        }
+        for b in &drained {
+            let decoded = decode_batch(&b.bytes, 1 << 20)
+                .map_err(|e| ClientError::Protocol(e.to_string()))?;
+            for (i, r) in decoded.records.iter().enumerate() {
+                let h = ids[total + i];
+                assert_eq!((h.batch_id, h.index as usize), (b.id, i));
+                assert_eq!(r.record.timestamp, (total + i) as i64);
+            }
+            total += decoded.records.len();
+        }
+        assert!(total < 20);
+        let rest = acc.drain(5)?;
+        assert_eq!(rest.len(), 1);
+        assert_eq!(total + rest[0].record_count as usize, 20);
+        Ok(())
+    }
+
+    #[test]
+    fn oversized_record_gets_own_batch() -> Result<()> {
+        let cfg = AccumulatorConfig {
+            batch_size: 100,
+            ..Default::default()
+        };
+        let mut acc = RecordAccumulator::new(cfg);
+        appended(acc.append(&tp(0), rec(1, 0), 0)?);
+        let (h, size, full, new) = appended(acc.append(&tp(0), rec(500, 0), 0)?);
+        assert!(new && full && size > 500);
+        assert_eq!(h.index, 0);
+        let b = acc.drain(0)?;
+        assert_eq!(b.len(), 2);
+        assert_eq!(b[1].record_count, 1);
+        Ok(())
+    }
+
+    #[test]
+    fn buffer_memory_back_pressure() -> Result<()> {
+        let cfg = AccumulatorConfig {
+            batch_size: 200,
+            buffer_memory: 1000,
+            ..Default::default()
+        };
+        let mut acc = RecordAccumulator::new(cfg);
+        let mut blocked = None;
+        for i in 0..100 {
+            match acc.append(&tp(i % 3), rec(50, 0), 0)? {
+                AppendOutcome::Appended { .. } => {}
+                AppendOutcome::WouldBlock { needed, available } => {
+                    assert!(needed > available);
+                    blocked = Some(i);
+                    break;
+                }
+            }
+        }
+        assert!(blocked.is_some());
+        assert!(acc.used_memory() <= 1000);
+        let drained = acc.drain(10)?;
+        assert!(!drained.is_empty());
+        // Still blocked until the sender deallocates.
+        assert!(matches!(
+            acc.append(&tp(0), rec(50, 0), 10)?,
+            AppendOutcome::WouldBlock { .. }
+        ));
+        for b in &drained {
+            acc.deallocate(b);
+        }
+        assert_eq!(acc.used_memory(), 0);
+        appended(acc.append(&tp(0), rec(50, 0), 10)?);
+        // A record that can never fit is an error, not a block.
+        let err = acc.append(&tp(0), rec(5000, 0), 10);
+        assert!(matches!(err, Err(ClientError::RecordTooLarge { .. })));
+        Ok(())
+    }
+
+    #[test]
+    fn every_codec_round_trips() -> Result<()> {
+        for c in Compression::ALL {
+            let cfg = AccumulatorConfig {
+                compression: c,
+                ..Default::default()
+            };
+            let mut acc = RecordAccumulator::new(cfg);
+            let r = Record::new(None, Some(b"hello hello hello".to_vec()), 77)
+                .with_header(b"h", Some(b"x"));
+            appended(acc.append(&tp(1), r.clone(), 0)?);
+            appended(acc.append(&tp(1), rec(3, 78), 0)?);
+            let b = acc.drain(5)?;
+            assert_eq!(b.len(), 1);
+            let d = decode_batch(&b[0].bytes, 1 << 20)
+                .map_err(|e| ClientError::Protocol(e.to_string()))?;
+            assert_eq!(d.header.compression().ok(), Some(c));
+            assert_eq!(d.records.len(), 2);
+            assert_eq!(d.records[0].record.value, r.value);
+            assert_eq!(d.records[0].record.headers, r.headers);
+            assert_eq!(d.records[0].record.timestamp, 77);
+            assert_eq!(d.records[1].record.timestamp, 78);
+            assert_eq!(d.records[1].record.offset, 1);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn flush_makes_everything_ready() -> Result<()> {
+        let mut acc = RecordAccumulator::new(AccumulatorConfig {
+            linger_ms: 1_000_000,
+            ..Default::default()
+        });
+        appended(acc.append(&tp(0), rec(1, 0), 0)?);
+        appended(acc.append(&tp(2), rec(1, 0), 0)?);
+        assert!(acc.ready(10).is_empty());
+        acc.begin_flush();
+        assert!(acc.is_flushing());
+        assert_eq!(acc.next_ready_ms(), Some(0));
+        assert_eq!(acc.ready(10), vec![tp(0), tp(2)]);
+        assert_eq!(acc.drain(10)?.len(), 2);
+        acc.end_flush();
+        assert!(!acc.has_undrained());
+        Ok(())
+    }
+
+    #[test]
+    fn mute_retry_and_sequences() -> Result<()> {
+        let mut acc = RecordAccumulator::new(AccumulatorConfig::default());
+        acc.set_producer(Some((42, 3)));
+        for _ in 0..3 {
+            appended(acc.append(&tp(0), rec(1, 0), 0)?);
+        }
+        let first = acc.drain(5)?;
+        assert_eq!(first[0].producer.base_sequence, 0);
+        assert_eq!(first[0].producer.producer_id, 42);
+        assert_eq!(acc.next_sequence(&tp(0)), 3);
+        appended(acc.append(&tp(0), rec(1, 0), 6)?);
+        acc.mute(&tp(0));
+        assert!(acc.ready(100).is_empty());
+        assert!(acc.drain(100)?.is_empty());
+        // The first batch failed retriably: it goes back, first in line.
+        acc.reenqueue(first[0].clone());
+        assert!(acc.ready(100).is_empty(), "still muted");
+        acc.unmute(&tp(0));
+        let again = acc.drain(100)?;
+        assert_eq!(again.len(), 2);
+        assert_eq!(again[0].id, first[0].id);
+        assert_eq!(again[0].attempts, 1);
+        assert_eq!(again[0].bytes, first[0].bytes);
+        assert_eq!(again[1].producer.base_sequence, 3);
+        let h = BatchHeader::parse(&again[1].bytes)
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (42, 3, 3)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn abort_frees_memory() -> Result<()> {
+        let mut acc = RecordAccumulator::new(AccumulatorConfig::default());
+        let (h, _, _, _) = appended(acc.append(&tp(0), rec(1, 0), 0)?);
+        assert!(acc.used_memory() > 0);
+        assert_eq!(acc.abort_undrained(), vec![h.batch_id]);
+        assert_eq!(acc.used_memory(), 0);
+        Ok(())
+    }
+}

@@ -1,0 +1,143 @@
+//! The client's error type: transport failures, protocol failures, and
+//! errors returned by the broker (carrying Kafka's error code and name).
+
+use std::time::Duration;
+
+use proto_kafka::error::ResponseError;
+
+/// Result alias used throughout `sluice-client`.
+pub type Result<T> = std::result::Result<T, ClientError>;
+
+/// Everything that can go wrong talking to a Kafka-compatible broker.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The TCP connection failed or was lost.
+    #[error("i/o error talking to {addr}: {source}")]
+    Io {
+        /// The broker address.
+        addr: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A request did not complete within the request timeout.
+    #[error("request {api} to {addr} timed out after {timeout:?}")]
+    Timeout {
+        /// The API that timed out (e.g. `Metadata`).
+        api: String,
+        /// The broker address.
+        addr: String,
+        /// The configured timeout.
+        timeout: Duration,
+    },
+    /// The broker sent something we could not decode, or encoding failed.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// Neither side supports a common version of the API.
+    #[error("broker {addr} supports no common version of {api}")]
+    UnsupportedVersion {
+        /// The API name.
+        api: String,
+        /// The broker address.
+        addr: String,
+    },
+    /// The broker answered with a Kafka error code.
+    #[error("{context}: {error} ({name}, code {code}){}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Kafka {
+        /// The decoded error.
+        error: ResponseError,
+        /// Kafka's numeric error code.
+        code: i16,
+        /// Kafka's error name, e.g. `TopicAlreadyExists`.
+        name: String,
+        /// The broker's error message, if any.
+        message: Option<String>,
+        /// What the client was doing (e.g. `create topic orders`).
+        context: String,
+    },
+    /// No bootstrap server or broker could be reached.
+    #[error("no broker available: {0}")]
+    NoBrokerAvailable(String),
+    /// The caller passed something invalid.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A produced record is larger than `buffer.memory` (or another
+    /// producer size limit) and can never be sent.
+    #[error("record of {size} bytes exceeds {limit_name} ({limit} bytes)")]
+    RecordTooLarge {
+        /// The record's estimated encoded size.
+        size: usize,
+        /// The limit it exceeds.
+        limit: usize,
+        /// Which setting, e.g. `buffer.memory`.
+        limit_name: &'static str,
+    },
+}
+
+impl ClientError {
+    /// Builds [`ClientError::Kafka`] from a non-zero error code; `None` for 0.
+    pub fn from_code(
+        code: i16,
+        message: Option<String>,
+        context: impl Into<String>,
+    ) -> Option<Self> {
+        let error = ResponseError::try_from_code(code)?;
+        Some(ClientError::Kafka {
+            error,
+            code,
+            name: format!("{error:?}"),
+            message,
+            context: context.into(),
+        })
+    }
+
+    /// Kafka's error code when the broker returned one.
+    pub fn code(&self) -> Option<i16> {
+        match self {
+            ClientError::Kafka { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// The decoded [`ResponseError`] when the broker returned one.
+    pub fn response_error(&self) -> Option<ResponseError> {
+        match self {
+            ClientError::Kafka { error, .. } => Some(*error),
+            _ => None,
+        }
+    }
+
+    /// Whether retrying (possibly after a metadata refresh) may succeed.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            ClientError::Io { .. } | ClientError::Timeout { .. } => true,
+            ClientError::NoBrokerAvailable(_) => true,
+            ClientError::Kafka { error, .. } => error.is_retriable(),
+            _ => false,
+        }
+    }
+
+    /// Whether the error means our cached metadata is stale.
+    pub fn invalidates_metadata(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Io { .. }
+                | ClientError::Timeout { .. }
+                | ClientError::Kafka {
+                    error: ResponseError::NotLeaderOrFollower
+                        | ResponseError::UnknownTopicOrPartition
+                        | ResponseError::LeaderNotAvailable
+                        | ResponseError::NotController
+                        | ResponseError::FencedLeaderEpoch
+                        | ResponseError::UnknownLeaderEpoch,
+                    ..
+                }
+        )
+    }
+}
+
+impl From<proto_kafka::error::ProtoError> for ClientError {
+    fn from(e: proto_kafka::error::ProtoError) -> Self {
+        ClientError::Protocol(e.to_string())
+    }
+}
