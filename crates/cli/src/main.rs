@@ -1,9 +1,11 @@
 //! The `sluice` binary: `sluice server`, the single-node broker, and
-//! `sluice dump-log` (module [`dump_log`]), which prints segment files.
-//! The client subcommands (topic, produce, consume, group, perf) arrive with
+//! `sluice dump-log` (module [`dump_log`]), which prints segment files, and
+//! `sluice topic` (module [`topic`]), topic administration over the wire.
+//! The other client subcommands (produce, consume, group, perf) arrive with
 //! the client crate.
 
 mod dump_log;
+mod topic;
 
 use std::path::PathBuf;
 
@@ -26,6 +28,8 @@ enum Command {
     /// Print the contents of `.log`, `.index` and `.timeindex` segment files,
     /// like kafka-dump-log.sh.
     DumpLog(dump_log::DumpLogArgs),
+    /// Create, list, describe, alter and delete topics, like kafka-topics.sh.
+    Topic(topic::TopicArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -101,6 +105,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Server(args) => run_server(&args),
         Command::DumpLog(args) => dump_log::run(&args),
+        Command::Topic(args) => topic::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -332,4 +332,107 @@ impl Admin {
             Err(e) => Err(e),
         }
     }
+
+    /// Describes the configs of `topic`: every key the broker reports, with
+    /// its value and whether it was set on the topic (vs. a default).
+    /// Fails with `UNKNOWN_TOPIC_OR_PARTITION` if the topic does not exist.
+    pub async fn describe_configs(&self, topic: &str) -> Result<Vec<ConfigEntry>> {
+        use proto_kafka::messages::describe_configs_request::DescribeConfigsResource;
+        use proto_kafka::messages::DescribeConfigsRequest;
+        let mut res = DescribeConfigsResource::default();
+        res.resource_type = 2; // TOPIC
+        res.resource_name = StrBytes::from_string(topic.to_string());
+        res.configuration_keys = None;
+        let mut req = DescribeConfigsRequest::default();
+        req.resources.push(res);
+        let (resp, _) = self.cluster.send_any(&req, 4).await?;
+        let mut out = Vec::new();
+        for r in &resp.results {
+            if let Some(e) = ClientError::from_code(
+                r.error_code,
+                msg(&r.error_message),
+                format!("describe configs for {topic}"),
+            ) {
+                return Err(e);
+            }
+            for c in &r.configs {
+                out.push(ConfigEntry {
+                    name: c.name.as_str().to_string(),
+                    value: msg(&c.value),
+                    source: c.config_source,
+                    read_only: c.read_only,
+                    sensitive: c.is_sensitive,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Changes the configs of `topic` with IncrementalAlterConfigs: sets each
+    /// `(key, value)` in `set` and removes each key in `delete` (back to the
+    /// default). Other configs are left as they are.
+    pub async fn alter_configs(
+        &self,
+        topic: &str,
+        set: &[(String, String)],
+        delete: &[String],
+    ) -> Result<()> {
+        use proto_kafka::messages::incremental_alter_configs_request::{
+            AlterConfigsResource, AlterableConfig,
+        };
+        use proto_kafka::messages::IncrementalAlterConfigsRequest;
+        let mut res = AlterConfigsResource::default();
+        res.resource_type = 2; // TOPIC
+        res.resource_name = StrBytes::from_string(topic.to_string());
+        for (k, v) in set {
+            let mut c = AlterableConfig::default();
+            c.name = StrBytes::from_string(k.clone());
+            c.config_operation = 0; // SET
+            c.value = Some(StrBytes::from_string(v.clone()));
+            res.configs.push(c);
+        }
+        for k in delete {
+            let mut c = AlterableConfig::default();
+            c.name = StrBytes::from_string(k.clone());
+            c.config_operation = 1; // DELETE
+            c.value = None;
+            res.configs.push(c);
+        }
+        let mut req = IncrementalAlterConfigsRequest::default();
+        req.resources.push(res);
+        let (resp, _) = self.cluster.send_any(&req, 1).await?;
+        for r in &resp.responses {
+            if let Some(e) = ClientError::from_code(
+                r.error_code,
+                msg(&r.error_message),
+                format!("alter configs for {topic}"),
+            ) {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One config of a resource, as returned by [`Admin::describe_configs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEntry {
+    /// Config key, e.g. `retention.ms`.
+    pub name: String,
+    /// Current value (`None` when unset or sensitive).
+    pub value: Option<String>,
+    /// Kafka's `ConfigSource`: 1 = set on the topic, 5 = default, ...
+    pub source: i8,
+    /// Whether the config cannot be altered.
+    pub read_only: bool,
+    /// Whether the value is hidden (passwords).
+    pub sensitive: bool,
+}
+
+impl ConfigEntry {
+    /// Whether the value was set on the topic itself (`DYNAMIC_TOPIC_CONFIG`).
+    pub fn is_topic_override(&self) -> bool {
+        self.source == 1
+    }
 }

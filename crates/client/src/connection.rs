@@ -183,14 +183,41 @@ impl Connection {
         Ok((self.send(req, version).await?, version))
     }
 
-    /// Writes one request frame and returns the response body (after the
-    /// response header).
-    async fn round_trip<E: Encodable>(
+    /// Sends `req` at `version` without waiting for a response (Produce with
+    /// `acks=0`, which the broker never answers).
+    pub async fn send_oneway<R: Request>(&mut self, req: &R, version: i16) -> Result<()> {
+        let key = ApiKey::try_from(R::KEY)
+            .map_err(|()| ClientError::Protocol(format!("unknown API key {}", R::KEY)))?;
+        let (frame, _) = self.frame(key, version, req)?;
+        let timeout = self.config.request_timeout;
+        match tokio::time::timeout(timeout, self.stream.write_all(&frame)).await {
+            Err(_) => {
+                self.broken = true;
+                Err(ClientError::Timeout {
+                    api: format!("{key:?}"),
+                    addr: self.addr.clone(),
+                    timeout,
+                })
+            }
+            Ok(Err(source)) => {
+                self.broken = true;
+                Err(ClientError::Io {
+                    addr: self.addr.clone(),
+                    source,
+                })
+            }
+            Ok(Ok(())) => Ok(()),
+        }
+    }
+
+    /// Encodes one request frame (length prefix, header, body) with the next
+    /// correlation id; returns the frame and that id.
+    fn frame<E: Encodable>(
         &mut self,
         key: ApiKey,
         version: i16,
         body: &E,
-    ) -> Result<Bytes> {
+    ) -> Result<(BytesMut, i32)> {
         if self.broken {
             return Err(ClientError::Io {
                 addr: self.addr.clone(),
@@ -215,7 +242,18 @@ impl Connection {
         frame.put_i32(len);
         header.encode(&mut frame, hv)?;
         body.encode(&mut frame, version)?;
+        Ok((frame, correlation))
+    }
 
+    /// Writes one request frame and returns the response body (after the
+    /// response header).
+    async fn round_trip<E: Encodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        body: &E,
+    ) -> Result<Bytes> {
+        let (frame, correlation) = self.frame(key, version, body)?;
         let timeout = self.config.request_timeout;
         let result = tokio::time::timeout(timeout, self.exchange(&frame)).await;
         let mut resp = match result {

@@ -10,7 +10,9 @@ pub mod cluster;
 pub mod connection;
 pub mod error;
 pub mod partitioner;
+pub mod producer;
 
 pub use admin::Admin;
 pub use cluster::{ClientConfig, Cluster};
 pub use error::{ClientError, Result};
+pub use producer::{Producer, ProducerConfig, ProducerRecord, RecordMetadata};

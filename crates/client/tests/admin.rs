@@ -263,3 +263,57 @@ async fn connection_loss_is_a_retriable_error() {
     let err = admin.list_topics().await.expect_err("down");
     assert!(err.is_retriable(), "{err}");
 }
+
+#[tokio::test]
+async fn describe_and_alter_configs() {
+    let s = start().await;
+    let admin = s.admin().await;
+    admin
+        .create_topic(NewTopic::new("cfg", 1, 1).config("cleanup.policy", "compact"))
+        .await
+        .expect("create");
+    let overrides = |entries: Vec<sluice_client::admin::ConfigEntry>| -> Vec<(String, String)> {
+        entries
+            .into_iter()
+            .filter(|e| e.is_topic_override())
+            .map(|e| (e.name, e.value.unwrap_or_default()))
+            .collect()
+    };
+    let all = admin.describe_configs("cfg").await.expect("describe");
+    assert!(all
+        .iter()
+        .any(|e| e.name == "retention.ms" && !e.is_topic_override()));
+    assert_eq!(
+        overrides(all),
+        [("cleanup.policy".to_string(), "compact".to_string())]
+    );
+    admin
+        .alter_configs(
+            "cfg",
+            &[("retention.ms".to_string(), "1234".to_string())],
+            &["cleanup.policy".to_string()],
+        )
+        .await
+        .expect("alter");
+    let all = admin.describe_configs("cfg").await.expect("describe");
+    assert_eq!(
+        overrides(all),
+        [("retention.ms".to_string(), "1234".to_string())]
+    );
+    let err = admin.describe_configs("nope").await.expect_err("unknown");
+    assert_eq!(
+        kafka_error(&err),
+        Some(ResponseError::UnknownTopicOrPartition),
+        "{err}"
+    );
+    let err = admin
+        .alter_configs("nope", &[("retention.ms".into(), "1".into())], &[])
+        .await
+        .expect_err("unknown");
+    assert_eq!(
+        kafka_error(&err),
+        Some(ResponseError::UnknownTopicOrPartition),
+        "{err}"
+    );
+    s.stop().await;
+}
