@@ -3,9 +3,7 @@
 //! DescribeGroups, ListGroups and DeleteGroups, with the wire encoders of
 //! proto-kafka at the versions clients use.
 
-use std::net::SocketAddr;
-
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use proto_kafka::messages::join_group_request::JoinGroupRequestProtocol;
 use proto_kafka::messages::leave_group_request::MemberIdentity;
 use proto_kafka::messages::sync_group_request::SyncGroupRequestAssignment;
@@ -13,121 +11,18 @@ use proto_kafka::messages::{
     ApiKey, BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
     DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
     HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
-    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, RequestHeader, ResponseHeader,
-    SyncGroupRequest, SyncGroupResponse,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, SyncGroupRequest, SyncGroupResponse,
 };
-use proto_kafka::protocol::{Decodable, Encodable, StrBytes};
-use sluice_broker::{BrokerConfig, Server};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::sync::oneshot;
+use proto_kafka::protocol::StrBytes;
 
 const REBALANCE_IN_PROGRESS: i16 = 27;
 const MEMBER_ID_REQUIRED: i16 = 79;
 const UNKNOWN_MEMBER_ID: i16 = 25;
 
-struct TestServer {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-    _dir: tempfile::TempDir,
-}
-
-async fn start(overrides: &[(&str, &str)]) -> TestServer {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut c = BrokerConfig::default();
-    c.set("log.dirs", &dir.path().join("data").display().to_string())
-        .expect("log.dirs");
-    c.set("listeners", "PLAINTEXT://127.0.0.1:0")
-        .expect("listeners");
-    for (k, v) in overrides {
-        c.set(k, v).expect("override");
-    }
-    let server = Server::bind(c).await.expect("bind");
-    let addr = server.local_addr().expect("addr");
-    let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        server
-            .run(async {
-                let _ = rx.await;
-            })
-            .await
-            .expect("server run");
-    });
-    TestServer {
-        addr,
-        stop: Some(tx),
-        task,
-        _dir: dir,
-    }
-}
-
-impl TestServer {
-    async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        (&mut self.task).await.expect("server task");
-    }
-
-    async fn client(&self) -> Client {
-        Client {
-            stream: TcpStream::connect(self.addr).await.expect("connect"),
-            correlation: 0,
-        }
-    }
-}
-
-struct Client {
-    stream: TcpStream,
-    correlation: i32,
-}
+mod common;
+use common::{start, Client};
 
 impl Client {
-    /// Sends a request and returns the raw response frame (size prefix
-    /// included).
-    async fn call_raw<Req: Encodable>(&mut self, key: ApiKey, version: i16, req: &Req) -> Bytes {
-        self.correlation += 1;
-        let mut header = RequestHeader::default();
-        header.request_api_key = key as i16;
-        header.request_api_version = version;
-        header.correlation_id = self.correlation;
-        header.client_id = Some(StrBytes::from_static_str("groups-test"));
-        let mut buf = BytesMut::new();
-        buf.put_i32(0);
-        header
-            .encode(&mut buf, key.request_header_version(version))
-            .expect("encode header");
-        req.encode(&mut buf, version).expect("encode request");
-        let size = (buf.len() - 4) as i32;
-        buf[..4].copy_from_slice(&size.to_be_bytes());
-        self.stream.write_all(&buf).await.expect("send");
-        let mut len = [0u8; 4];
-        self.stream
-            .read_exact(&mut len)
-            .await
-            .expect("response size");
-        let size = i32::from_be_bytes(len) as usize;
-        let mut frame = BytesMut::with_capacity(4 + size);
-        frame.extend_from_slice(&len);
-        frame.resize(4 + size, 0);
-        self.stream
-            .read_exact(&mut frame[4..])
-            .await
-            .expect("response body");
-        frame.freeze()
-    }
-
-    async fn call<Req: Encodable, Resp: Decodable>(
-        &mut self,
-        key: ApiKey,
-        version: i16,
-        req: &Req,
-    ) -> Resp {
-        let frame = self.call_raw(key, version, req).await;
-        decode_response(key, version, self.correlation, frame)
-    }
-
     /// JoinGroup v`version`; v4+ first get MEMBER_ID_REQUIRED and rejoin.
     async fn join(&mut self, version: i16, group: &str, member: &str) -> JoinGroupResponse {
         let mut p = JoinGroupRequestProtocol::default();
@@ -192,24 +87,6 @@ impl Client {
     }
 }
 
-fn decode_response<Resp: Decodable>(
-    key: ApiKey,
-    version: i16,
-    correlation: i32,
-    frame: Bytes,
-) -> Resp {
-    let mut body = frame.slice(4..);
-    let header = ResponseHeader::decode(&mut body, key.response_header_version(version))
-        .expect("response header");
-    assert_eq!(header.correlation_id, correlation);
-    let resp = Resp::decode(&mut body, version).expect("response body");
-    assert!(
-        !body.has_remaining(),
-        "trailing bytes in {key:?} v{version}"
-    );
-    resp
-}
-
 fn group_id(name: &str) -> GroupId {
     GroupId(StrBytes::from_string(name.to_string()))
 }
@@ -223,6 +100,8 @@ async fn two_members_join_sync_heartbeat_rebalance_and_leave() {
     .await;
     let mut a = server.client().await;
     let mut b = server.client().await;
+    a.client_id = "groups-test";
+    b.client_id = "groups-test";
     let group = "flow";
 
     // FindCoordinator, batched (v4) and single (v3): this node.
