@@ -200,6 +200,30 @@ impl Groups {
         (RequestToken(id), rx)
     }
 
+    /// Runs a request whose response may wait for a rebalance (JoinGroup,
+    /// SyncGroup): parks a token, lets `call` hand it to the group's state
+    /// machine, applies the effects, and awaits the response without
+    /// holding the shard lock.
+    pub(crate) async fn call_delayed(
+        &self,
+        broker: &Broker,
+        group: &str,
+        call: impl FnOnce(&mut GroupCoordinator, RequestToken) -> Effects,
+    ) -> Result<GroupResponse, ApiError> {
+        let shard = self.shard(broker, group)?;
+        let (token, rx) = self.park();
+        {
+            let mut shard = lock(&shard);
+            let effects = call(&mut shard.groups, token);
+            if let Err(e) = self.apply(&mut shard, effects) {
+                self.unpark(token);
+                return Err(e);
+            }
+        }
+        rx.await
+            .map_err(|_| ApiError::code(ResponseError::UnknownServerError))
+    }
+
     /// Drops a parked token whose request was never handed to the machine.
     pub(crate) fn unpark(&self, token: RequestToken) {
         lock(&self.parked).remove(&token.0);

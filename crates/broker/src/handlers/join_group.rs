@@ -19,7 +19,7 @@ use sluice_coordinator::group::{self as machine, error_code, GroupError, GroupRe
 
 use super::Ctx;
 use crate::broker::Broker;
-use crate::groups::{lock, now_ms};
+use crate::groups::now_ms;
 
 pub(crate) const VERSIONS: (i16, i16) = (0, 9);
 
@@ -116,22 +116,16 @@ async fn join(
         require_known_member_id: ctx.version >= 4,
         supports_skip_assignment: ctx.version >= 9,
     };
-    let shard = broker
+    let response = broker
         .groups
-        .shard(broker, &group_id)
+        .call_delayed(broker, &group_id, |groups, token| {
+            groups.join_group(now_ms(), token, &mreq)
+        })
+        .await
         .map_err(|e| e.code.code())?;
-    let (token, rx) = broker.groups.park();
-    {
-        let mut shard = lock(&shard);
-        let effects = shard.groups.join_group(now_ms(), token, &mreq);
-        if let Err(e) = broker.groups.apply(&mut shard, effects) {
-            broker.groups.unpark(token);
-            return Err(e.code.code());
-        }
-    }
-    match rx.await {
-        Ok(GroupResponse::Join(r)) => Ok(r),
-        Ok(GroupResponse::Sync(_)) | Err(_) => Err(GroupError::UnknownServerError.code()),
+    match response {
+        GroupResponse::Join(r) => Ok(r),
+        GroupResponse::Sync(_) => Err(GroupError::UnknownServerError.code()),
     }
 }
 
@@ -187,6 +181,7 @@ mod tests {
     use super::super::test_support::{ctx, open_broker, roundtrip};
     use super::testing::{request, timers};
     use super::*;
+    use crate::groups::lock;
 
     #[tokio::test]
     async fn every_version_joins_a_single_member_group() {

@@ -12,7 +12,7 @@ use sluice_coordinator::group::{self as machine, error_code, GroupError, GroupRe
 
 use super::Ctx;
 use crate::broker::Broker;
-use crate::groups::{lock, now_ms};
+use crate::groups::now_ms;
 
 pub(crate) const VERSIONS: (i16, i16) = (0, 5);
 
@@ -63,22 +63,16 @@ async fn sync(
             .map(|a| (a.member_id.to_string(), a.assignment.to_vec()))
             .collect(),
     };
-    let shard = broker
+    let response = broker
         .groups
-        .shard(broker, &group_id)
+        .call_delayed(broker, &group_id, |groups, token| {
+            groups.sync_group(now_ms(), token, &mreq)
+        })
+        .await
         .map_err(|e| e.code.code())?;
-    let (token, rx) = broker.groups.park();
-    {
-        let mut shard = lock(&shard);
-        let effects = shard.groups.sync_group(now_ms(), token, &mreq);
-        if let Err(e) = broker.groups.apply(&mut shard, effects) {
-            broker.groups.unpark(token);
-            return Err(e.code.code());
-        }
-    }
-    match rx.await {
-        Ok(GroupResponse::Sync(r)) => Ok(r),
-        Ok(GroupResponse::Join(_)) | Err(_) => Err(GroupError::UnknownServerError.code()),
+    match response {
+        GroupResponse::Sync(r) => Ok(r),
+        GroupResponse::Join(_) => Err(GroupError::UnknownServerError.code()),
     }
 }
 
