@@ -18,6 +18,15 @@
 //! from a pool; reserving exact sizes keeps the same back-pressure semantics
 //! without a buffer pool.
 //!
+//! Delivery timeouts: [`RecordAccumulator::expire`] removes batches older
+//! than `delivery.timeout.ms` (open, closed or waiting for a retry, muted
+//! partitions included) so the producer can fail their records, and
+//! [`RecordAccumulator::next_expiry_ms`] tells the sender when to look next.
+//!
+//! Retry backoff: [`RecordAccumulator::reenqueue_with_backoff`] puts a batch
+//! back first in line; its partition is not drainable (and newer batches
+//! wait behind it) until the backoff has passed.
+//!
 //! Idempotence hooks: each partition queue keeps `next_sequence`; when a
 //! producer id is set ([`RecordAccumulator::set_producer`]), drained batches
 //! get `base_sequence = next_sequence` and the counter advances by the batch's
@@ -73,6 +82,13 @@ impl TopicPartition {
             topic: topic.into(),
             partition,
         }
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    /// `topic-partition`, as Kafka prints it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
     }
 }
 
@@ -152,6 +168,21 @@ pub struct ReadyBatch {
     pub attempts: u32,
 }
 
+/// A batch dropped by [`RecordAccumulator::expire`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredBatch {
+    /// The batch's id (matches [`RecordHandle::batch_id`]).
+    pub id: BatchId,
+    /// Destination.
+    pub tp: TopicPartition,
+    /// Number of records.
+    pub record_count: u32,
+    /// When the batch was opened.
+    pub created_ms: u64,
+    /// Whether it had been sent before (it was waiting for a retry).
+    pub retried: bool,
+}
+
 /// One partition's queue.
 #[derive(Debug, Default)]
 struct PartitionQueue {
@@ -159,6 +190,8 @@ struct PartitionQueue {
     batches: VecDeque<OpenBatch>,
     /// Batches given back by the sender for retry; they go first.
     retries: VecDeque<ReadyBatch>,
+    /// The retries are not drained before this time (retry backoff).
+    retry_not_before: u64,
     /// Next sequence number for idempotent batches.
     next_sequence: i32,
     /// Muted partitions (a batch in flight with max in-flight 1) are skipped.
@@ -329,7 +362,8 @@ impl RecordAccumulator {
             return false;
         }
         if !q.retries.is_empty() {
-            return true;
+            // Newer batches wait behind the retries.
+            return now_ms >= q.retry_not_before;
         }
         match q.batches.front() {
             None => false,
@@ -355,12 +389,18 @@ impl RecordAccumulator {
     /// time), or `None` without pending batches. A time `<= now` means some
     /// batch is ready already.
     pub fn next_ready_ms(&self) -> Option<u64> {
+        self.next_ready_ms_where(|_| true)
+    }
+
+    /// [`Self::next_ready_ms`] over the partitions `include` accepts (the
+    /// sender leaves out partitions it cannot send to right now).
+    pub fn next_ready_ms_where(&self, include: impl Fn(&TopicPartition) -> bool) -> Option<u64> {
         self.queues
-            .values()
-            .filter(|q| !q.muted)
-            .filter_map(|q| {
+            .iter()
+            .filter(|(tp, q)| !q.muted && include(tp))
+            .filter_map(|(_, q)| {
                 if !q.retries.is_empty() {
-                    return Some(0);
+                    return Some(q.retry_not_before);
                 }
                 q.batches.front().map(|b| {
                     if b.closed || self.flushing {
@@ -387,6 +427,18 @@ impl RecordAccumulator {
 
     /// Drains the ready batches of one partition (see [`Self::drain`]).
     pub fn drain_partition(&mut self, tp: &TopicPartition, now_ms: u64) -> Result<Vec<ReadyBatch>> {
+        self.drain_partition_max(tp, now_ms, usize::MAX)
+    }
+
+    /// Drains at most `max` ready batches of one partition, oldest first
+    /// (retries before new batches). Sequence numbers are assigned here, so
+    /// batches left behind get theirs when they are drained.
+    pub fn drain_partition_max(
+        &mut self,
+        tp: &TopicPartition,
+        now_ms: u64,
+        max: usize,
+    ) -> Result<Vec<ReadyBatch>> {
         let flushing = self.flushing;
         let linger = self.config.linger_ms;
         let producer = self.producer;
@@ -396,8 +448,18 @@ impl RecordAccumulator {
         if q.muted {
             return Ok(Vec::new());
         }
-        let mut out: Vec<ReadyBatch> = q.retries.drain(..).collect();
-        while let Some(b) = q.batches.front() {
+        if !q.retries.is_empty() && now_ms < q.retry_not_before {
+            return Ok(Vec::new());
+        }
+        let take = q.retries.len().min(max);
+        let mut out: Vec<ReadyBatch> = q.retries.drain(..take).collect();
+        if q.retries.is_empty() {
+            q.retry_not_before = 0;
+        }
+        while out.len() < max && q.retries.is_empty() {
+            let Some(b) = q.batches.front() else {
+                break;
+            };
             let ready = b.closed || flushing || now_ms.saturating_sub(b.created_ms) >= linger;
             if !ready {
                 break;
@@ -444,9 +506,16 @@ impl RecordAccumulator {
 
     /// Gives a drained batch back for a retry; it is drained again before
     /// newer batches of its partition, unchanged (same sequence numbers).
-    pub fn reenqueue(&mut self, mut batch: ReadyBatch) {
+    pub fn reenqueue(&mut self, batch: ReadyBatch) {
+        self.reenqueue_with_backoff(batch, 0);
+    }
+
+    /// [`Self::reenqueue`], but the partition's retries (and so its newer
+    /// batches) are not drained before `not_before_ms`.
+    pub fn reenqueue_with_backoff(&mut self, mut batch: ReadyBatch, not_before_ms: u64) {
         batch.attempts += 1;
         let q = self.queues.entry(batch.tp.clone()).or_default();
+        q.retry_not_before = q.retry_not_before.max(not_before_ms);
         // Keep retries ordered by batch id (i.e. by append order).
         let pos = q
             .retries
@@ -492,6 +561,66 @@ impl RecordAccumulator {
             .any(|q| !q.batches.is_empty() || !q.retries.is_empty())
     }
 
+    /// Removes every undrained batch created at least `delivery_timeout_ms`
+    /// before `now_ms` (including open batches, retries and batches of
+    /// muted partitions), frees their memory and returns them so that their
+    /// records can be failed. Batches are checked oldest first per
+    /// partition; the first younger one stops the scan.
+    pub fn expire(&mut self, now_ms: u64, delivery_timeout_ms: u64) -> Vec<ExpiredBatch> {
+        let expired = |created: u64| now_ms.saturating_sub(created) >= delivery_timeout_ms;
+        let mut out = Vec::new();
+        let mut freed = 0;
+        for (tp, q) in &mut self.queues {
+            while q.retries.front().is_some_and(|r| expired(r.created_ms)) {
+                let Some(r) = q.retries.pop_front() else {
+                    break;
+                };
+                freed += r.reserved;
+                out.push(ExpiredBatch {
+                    id: r.id,
+                    tp: tp.clone(),
+                    record_count: r.record_count,
+                    created_ms: r.created_ms,
+                    retried: true,
+                });
+            }
+            if q.retries.is_empty() {
+                q.retry_not_before = 0;
+            } else {
+                continue;
+            }
+            while q.batches.front().is_some_and(|b| expired(b.created_ms)) {
+                let Some(b) = q.batches.pop_front() else {
+                    break;
+                };
+                freed += b.size;
+                out.push(ExpiredBatch {
+                    id: b.id,
+                    tp: tp.clone(),
+                    record_count: b.builder.len() as u32,
+                    created_ms: b.created_ms,
+                    retried: false,
+                });
+            }
+        }
+        self.used_memory = self.used_memory.saturating_sub(freed);
+        out
+    }
+
+    /// When the oldest undrained batch reaches `delivery_timeout_ms` (the
+    /// sender's next [`Self::expire`] call), or `None` without batches.
+    pub fn next_expiry_ms(&self, delivery_timeout_ms: u64) -> Option<u64> {
+        self.queues
+            .values()
+            .filter_map(|q| {
+                let retry = q.retries.iter().map(|r| r.created_ms).min();
+                let open = q.batches.front().map(|b| b.created_ms);
+                retry.into_iter().chain(open).min()
+            })
+            .min()
+            .map(|c| c.saturating_add(delivery_timeout_ms))
+    }
+
     /// Drops every undrained batch (producer close with a zero timeout),
     /// returning the ids whose records must fail, and frees their memory.
     pub fn abort_undrained(&mut self) -> Vec<BatchId> {
@@ -506,6 +635,7 @@ impl RecordAccumulator {
                 freed += r.reserved;
                 ids.push(r.id);
             }
+            q.retry_not_before = 0;
         }
         self.used_memory = self.used_memory.saturating_sub(freed);
         ids
@@ -756,6 +886,63 @@ mod tests {
             (h.producer_id, h.producer_epoch, h.base_sequence),
             (42, 3, 3)
         );
+        Ok(())
+    }
+
+    #[test]
+    fn drain_max_and_retry_backoff() -> Result<()> {
+        let cfg = AccumulatorConfig {
+            batch_size: 100,
+            ..Default::default()
+        };
+        let mut acc = RecordAccumulator::new(cfg);
+        for i in 0..4 {
+            appended(acc.append(&tp(0), rec(60, i), 0)?);
+        }
+        let first = acc.drain_partition_max(&tp(0), 10, 1)?;
+        assert_eq!(first.len(), 1);
+        let second = acc.drain_partition_max(&tp(0), 10, 1)?;
+        assert!(second[0].id > first[0].id);
+        // The first batch fails: back first in line, after a backoff.
+        acc.reenqueue_with_backoff(first[0].clone(), 50);
+        assert!(acc.ready(49).is_empty(), "newer batches wait too");
+        assert_eq!(acc.next_ready_ms(), Some(50));
+        assert_eq!(acc.next_ready_ms_where(|t| t != &tp(0)), None);
+        assert!(acc.drain_partition_max(&tp(0), 49, 5)?.is_empty());
+        let again = acc.drain_partition_max(&tp(0), 50, 5)?;
+        assert_eq!(again[0].id, first[0].id);
+        assert_eq!(again[0].attempts, 1);
+        assert_eq!(again.len(), 3, "then the rest, in order");
+        assert!(again.windows(2).all(|w| w[0].id < w[1].id));
+        Ok(())
+    }
+
+    #[test]
+    fn expire_old_batches() -> Result<()> {
+        let mut acc = RecordAccumulator::new(AccumulatorConfig::default());
+        let (a, _, _, _) = appended(acc.append(&tp(0), rec(1, 0), 100)?);
+        let drained = acc.drain(200)?;
+        acc.reenqueue_with_backoff(drained[0].clone(), 10_000);
+        let (b, _, _, _) = appended(acc.append(&tp(1), rec(1, 0), 300)?);
+        let (c, _, _, _) = appended(acc.append(&tp(1), rec(1, 0), 300)?);
+        assert_eq!(b.batch_id, c.batch_id);
+        acc.mute(&tp(1));
+        assert_eq!(acc.next_expiry_ms(1000), Some(1100));
+        assert!(acc.expire(1099, 1000).is_empty());
+        let e = acc.expire(1100, 1000);
+        assert_eq!(e.len(), 1);
+        assert_eq!(
+            (e[0].id, e[0].retried, e[0].record_count),
+            (a.batch_id, true, 1)
+        );
+        assert_eq!(acc.next_expiry_ms(1000), Some(1300));
+        // Muted partitions expire too, open batches included.
+        let e = acc.expire(1300, 1000);
+        assert_eq!(e.len(), 1);
+        assert_eq!((e[0].tp.clone(), e[0].record_count), (tp(1), 2));
+        assert_eq!(acc.used_memory(), 0);
+        assert!(!acc.has_undrained());
+        assert_eq!(acc.next_expiry_ms(1000), None);
         Ok(())
     }
 

@@ -61,6 +61,15 @@ pub enum ClientError {
     /// The caller passed something invalid.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A consumer has no position for a partition and `auto.offset.reset`
+    /// is `none` (Kafka's `NoOffsetForPartitionException`).
+    #[error("no offset for {partition}: {reason} and auto.offset.reset is none")]
+    NoOffsetForPartition {
+        /// `topic-partition`.
+        partition: String,
+        /// Why (no committed offset, or the position is out of range).
+        reason: String,
+    },
     /// A produced record is larger than `buffer.memory` (or another
     /// producer size limit) and can never be sent.
     #[error("record of {size} bytes exceeds {limit_name} ({limit} bytes)")]
@@ -133,6 +142,58 @@ impl ClientError {
                     ..
                 }
         )
+    }
+}
+
+impl Clone for ClientError {
+    /// A copy (an I/O error is copied as its kind and message).
+    fn clone(&self) -> Self {
+        match self {
+            ClientError::Kafka {
+                error,
+                code,
+                name,
+                message,
+                context,
+            } => ClientError::Kafka {
+                error: *error,
+                code: *code,
+                name: name.clone(),
+                message: message.clone(),
+                context: context.clone(),
+            },
+            ClientError::Io { addr, source } => ClientError::Io {
+                addr: addr.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            ClientError::Timeout { api, addr, timeout } => ClientError::Timeout {
+                api: api.clone(),
+                addr: addr.clone(),
+                timeout: *timeout,
+            },
+            ClientError::NoBrokerAvailable(s) => ClientError::NoBrokerAvailable(s.clone()),
+            ClientError::Protocol(s) => ClientError::Protocol(s.clone()),
+            ClientError::InvalidArgument(s) => ClientError::InvalidArgument(s.clone()),
+            ClientError::UnsupportedVersion { api, addr } => ClientError::UnsupportedVersion {
+                api: api.clone(),
+                addr: addr.clone(),
+            },
+            ClientError::NoOffsetForPartition { partition, reason } => {
+                ClientError::NoOffsetForPartition {
+                    partition: partition.clone(),
+                    reason: reason.clone(),
+                }
+            }
+            ClientError::RecordTooLarge {
+                size,
+                limit,
+                limit_name,
+            } => ClientError::RecordTooLarge {
+                size: *size,
+                limit: *limit,
+                limit_name,
+            },
+        }
     }
 }
 

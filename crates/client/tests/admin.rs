@@ -6,64 +6,12 @@ use std::time::Duration;
 
 use proto_kafka::error::ResponseError;
 use proto_kafka::messages::ApiKey;
-use sluice_broker::{BrokerConfig, Server};
 use sluice_client::admin::NewTopic;
 use sluice_client::connection::{Connection, ConnectionConfig};
 use sluice_client::{Admin, ClientConfig, ClientError};
-use tokio::sync::oneshot;
 
-struct TestServer {
-    addr: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-    _dir: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-async fn start() -> TestServer {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let mut c = BrokerConfig::default();
-    c.set("log.dirs", &dir.path().join("data").display().to_string())
-        .expect("log.dirs");
-    c.set("listeners", &format!("PLAINTEXT://127.0.0.1:{port}"))
-        .expect("listeners");
-    let server = Server::bind(c).await.expect("bind");
-    let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        server
-            .run(async {
-                let _ = rx.await;
-            })
-            .await
-            .expect("server run");
-    });
-    TestServer {
-        addr: format!("127.0.0.1:{port}"),
-        stop: Some(tx),
-        task,
-        _dir: dir,
-    }
-}
-
-impl TestServer {
-    async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        (&mut self.task).await.expect("server task");
-    }
-
-    async fn admin(&self) -> Admin {
-        let mut cfg = ClientConfig::new(&self.addr);
-        cfg.connection.request_timeout = Duration::from_secs(10);
-        Admin::connect(cfg).await.expect("admin connect")
-    }
-}
+mod common;
+use common::{free_port, start};
 
 fn kafka_error(e: &ClientError) -> Option<ResponseError> {
     e.response_error()

@@ -9,80 +9,15 @@ use std::time::Duration;
 use proto_kafka::messages::fetch_request::{FetchPartition, FetchTopic};
 use proto_kafka::messages::{ApiKey, BrokerId, FetchRequest, TopicName};
 use proto_kafka::protocol::StrBytes;
-use sluice_broker::{BrokerConfig, Server};
-use sluice_client::admin::NewTopic;
 use sluice_client::connection::{Connection, ConnectionConfig};
-use sluice_client::{Admin, ClientConfig, Producer, ProducerConfig, ProducerRecord};
+use sluice_client::ProducerRecord;
 use sluice_protocol::record::codec::decode_batch;
 use sluice_protocol::record::{Compression, Record};
-use tokio::sync::oneshot;
 
-struct TestServer {
-    addr: String,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-    _dir: tempfile::TempDir,
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-async fn start() -> TestServer {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let mut c = BrokerConfig::default();
-    c.set("log.dirs", &dir.path().join("data").display().to_string())
-        .expect("log.dirs");
-    c.set("listeners", &format!("PLAINTEXT://127.0.0.1:{port}"))
-        .expect("listeners");
-    let server = Server::bind(c).await.expect("bind");
-    let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        server
-            .run(async {
-                let _ = rx.await;
-            })
-            .await
-            .expect("server run");
-    });
-    TestServer {
-        addr: format!("127.0.0.1:{port}"),
-        stop: Some(tx),
-        task,
-        _dir: dir,
-    }
-}
+mod common;
+use common::{start, TestServer};
 
 impl TestServer {
-    async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        (&mut self.task).await.expect("server task");
-    }
-
-    fn client_config(&self) -> ClientConfig {
-        let mut cfg = ClientConfig::new(&self.addr);
-        cfg.connection.request_timeout = Duration::from_secs(10);
-        cfg
-    }
-
-    async fn create_topic(&self, name: &str, partitions: i32) {
-        let admin = Admin::connect(self.client_config()).await.expect("admin");
-        admin
-            .create_topic(NewTopic::new(name, partitions, 1))
-            .await
-            .expect("create topic");
-    }
-
-    async fn producer(&self, f: impl FnOnce(&mut ProducerConfig)) -> Producer {
-        let mut cfg = ProducerConfig::new(self.client_config());
-        f(&mut cfg);
-        Producer::new(cfg).await.expect("producer")
-    }
-
     /// Every record of `topic`/`partition` from offset 0.
     async fn fetch_all(&self, topic: &str, partition: i32) -> Vec<Record> {
         let mut conn = Connection::connect(&self.addr, ConnectionConfig::default())
@@ -387,4 +322,135 @@ async fn tiny_buffer_memory_applies_back_pressure() {
         .is_err());
     p.close().await.expect("close");
     s.stop().await;
+}
+
+/// 20,000 keyed records over 6 partitions with one and with five Produce
+/// requests in flight per connection: every partition's offsets follow
+/// send order, and per key the values read back increase.
+#[tokio::test]
+async fn max_in_flight_1_and_5_keep_send_order_per_partition() {
+    let s = start().await;
+    for max_in_flight in [1usize, 5] {
+        let topic = format!("inflight-{max_in_flight}");
+        s.create_topic(&topic, 6).await;
+        let p = s
+            .producer(|c| {
+                c.max_in_flight = max_in_flight;
+                c.batch_size = 2048;
+                c.linger_ms = 1;
+            })
+            .await;
+        const N: usize = 20_000;
+        let mut futs = Vec::with_capacity(N);
+        for i in 0..N {
+            let rec = ProducerRecord::new(topic.clone(), format!("{i}").into_bytes())
+                .key(format!("key-{}", i % 97).into_bytes());
+            futs.push(p.send(rec).await.expect("send"));
+        }
+        let mut next = [0i64; 6];
+        for (i, f) in futs.into_iter().enumerate() {
+            let m = tokio::time::timeout(Duration::from_secs(60), f)
+                .await
+                .expect("delivered in time")
+                .expect("delivered");
+            let part = m.partition as usize;
+            assert_eq!(
+                m.offset, next[part],
+                "max_in_flight {max_in_flight}: record {i} out of send order"
+            );
+            next[part] += 1;
+        }
+        p.close().await.expect("close");
+        assert_eq!(next.iter().sum::<i64>(), N as i64);
+        assert!(next.iter().all(|n| *n > 0), "all partitions used: {next:?}");
+        let mut total = 0;
+        for part in 0..6 {
+            let recs = s.fetch_all(&topic, part).await;
+            assert_eq!(recs.len() as i64, next[part as usize]);
+            total += recs.len();
+            let mut last: std::collections::HashMap<Vec<u8>, u64> = Default::default();
+            for r in recs {
+                let key = r.key.clone().expect("key");
+                let v: u64 = std::str::from_utf8(r.value.as_deref().expect("value"))
+                    .expect("utf8")
+                    .parse()
+                    .expect("number");
+                if let Some(prev) = last.insert(key, v) {
+                    assert!(prev < v, "max_in_flight {max_in_flight}: {prev} before {v}");
+                }
+            }
+        }
+        assert_eq!(total, N);
+    }
+    s.stop().await;
+}
+
+/// A record whose leader becomes unreachable is failed once
+/// `delivery.timeout.ms` passed since its batch was created, with a timeout
+/// error naming the topic-partition.
+#[tokio::test]
+async fn delivery_timeout_expires_records_for_an_unreachable_leader() {
+    let s = start().await;
+    s.create_topic("dt", 2).await;
+    let p = s
+        .producer(|c| {
+            c.delivery_timeout_ms = 1500;
+            c.linger_ms = 0;
+            c.request_timeout = Duration::from_millis(1000);
+        })
+        .await;
+    // Warm the producer's metadata while the broker is up.
+    p.send(ProducerRecord::new("dt", b"before".to_vec()).partition(1))
+        .await
+        .expect("send")
+        .await
+        .expect("delivered while the broker is up");
+    s.stop().await;
+    let started = std::time::Instant::now();
+    let fut = p
+        .send(ProducerRecord::new("dt", b"lost".to_vec()).partition(1))
+        .await
+        .expect("buffered from cached metadata");
+    let err = tokio::time::timeout(Duration::from_secs(20), fut)
+        .await
+        .expect("delivery outcome within 20 s")
+        .expect_err("the leader is gone");
+    let msg = err.to_string();
+    assert!(
+        matches!(err, sluice_client::ClientError::Timeout { .. }),
+        "{msg}"
+    );
+    assert!(msg.contains("dt-1"), "names the partition: {msg}");
+    assert!(msg.contains("since batch creation"), "{msg}");
+    assert!(started.elapsed() >= Duration::from_millis(1400), "{msg}");
+    tokio::time::timeout(Duration::from_secs(20), p.close())
+        .await
+        .expect("close in time")
+        .expect("close");
+}
+
+/// Kafka's rule `delivery.timeout.ms >= linger.ms + request.timeout.ms`.
+#[tokio::test]
+async fn delivery_timeout_must_cover_linger_and_request_timeout() {
+    // Checked before connecting: nothing listens on this address.
+    let client = sluice_client::ClientConfig::new("127.0.0.1:1");
+    let mut cfg = sluice_client::ProducerConfig::new(client);
+    cfg.linger_ms = 100;
+    cfg.request_timeout = Duration::from_millis(1000);
+    cfg.delivery_timeout_ms = 1099;
+    let err = sluice_client::Producer::new(cfg.clone())
+        .await
+        .expect_err("delivery.timeout.ms too small");
+    let msg = err.to_string();
+    assert!(
+        matches!(err, sluice_client::ClientError::InvalidArgument(_)),
+        "{msg}"
+    );
+    for key in ["delivery.timeout.ms", "linger.ms", "request.timeout.ms"] {
+        assert!(msg.contains(key), "{msg} names {key}");
+    }
+    cfg.delivery_timeout_ms = 1100;
+    cfg.validate().expect("the boundary is allowed");
+    cfg.max_in_flight = 0;
+    assert!(cfg.validate().is_err(), "max.in.flight must be at least 1");
 }

@@ -128,7 +128,7 @@ impl Compression {
         let read_limited = |r: &mut dyn Read| -> Result<Vec<u8>> {
             let mut out = Vec::new();
             let n = r
-                .take(limit as u64 + 1)
+                .take((limit as u64).saturating_add(1))
                 .read_to_end(&mut out)
                 .map_err(|e| self.err(e))?;
             if n > limit {

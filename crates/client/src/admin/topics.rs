@@ -1,32 +1,20 @@
-//! The async admin client: create, delete, list and describe topics, add
-//! partitions, describe the cluster. Per-topic failures come back as
+//! Topic, partition, config and cluster operations of [`Admin`]: create,
+//! delete, list and describe topics, add partitions, describe and alter
+//! topic configs, describe the cluster. Per-topic failures come back as
 //! [`ClientError::Kafka`] with Kafka's error code and name.
-//!
-//! ```no_run
-//! # async fn demo() -> sluice_client::Result<()> {
-//! use sluice_client::{Admin, ClientConfig};
-//! use sluice_client::admin::NewTopic;
-//! let admin = Admin::connect(ClientConfig::new("127.0.0.1:9092")).await?;
-//! admin.create_topic(NewTopic::new("orders", 3, 1).config("cleanup.policy", "compact")).await?;
-//! let topics = admin.list_topics().await?;
-//! assert!(topics.contains(&"orders".to_string()));
-//! # Ok(()) }
-//! ```
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
 
 use proto_kafka::messages::create_partitions_request::CreatePartitionsTopic;
 use proto_kafka::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use proto_kafka::messages::delete_topics_request::DeleteTopicState;
 use proto_kafka::messages::{
     CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
-    TopicName,
 };
 use proto_kafka::protocol::StrBytes;
 
-use crate::cluster::{BrokerInfo, ClientConfig, Cluster, TopicInfo};
+use super::{msg, name, Admin};
+use crate::cluster::{BrokerInfo, TopicInfo};
 use crate::error::{ClientError, Result};
 
 const CREATE_TOPICS_MAX: i16 = 7;
@@ -77,42 +65,7 @@ pub struct ClusterDescription {
     pub brokers: Vec<BrokerInfo>,
 }
 
-/// Async admin client.
-#[derive(Debug, Clone)]
-pub struct Admin {
-    cluster: Arc<Cluster>,
-    timeout: Duration,
-}
-
-fn name(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
-fn msg(m: &Option<StrBytes>) -> Option<String> {
-    m.as_ref().map(|s| s.as_str().to_string())
-}
-
 impl Admin {
-    /// Connects to the cluster.
-    pub async fn connect(config: ClientConfig) -> Result<Self> {
-        Ok(Self::from_cluster(Cluster::connect(config).await?))
-    }
-
-    /// An admin client sharing an existing cluster view.
-    pub fn from_cluster(cluster: Arc<Cluster>) -> Self {
-        let timeout = cluster.config().connection.request_timeout;
-        Admin { cluster, timeout }
-    }
-
-    /// The underlying cluster view.
-    pub fn cluster(&self) -> &Arc<Cluster> {
-        &self.cluster
-    }
-
-    fn timeout_ms(&self) -> i32 {
-        i32::try_from(self.timeout.as_millis()).unwrap_or(i32::MAX)
-    }
-
     /// Creates one topic.
     pub async fn create_topic(&self, topic: NewTopic) -> Result<()> {
         let mut results = self.create_topics(vec![topic]).await?;

@@ -4,17 +4,60 @@
 //! [`Producer::send`] waits for buffer space (`buffer.memory` back-pressure,
 //! bounded by `max.block.ms`) and returns a [`DeliveryFuture`] that resolves
 //! when the broker acknowledged the record's batch (or the batch failed for
-//! good). The sender task wakes when a batch is ready (`linger.ms`, a full
-//! batch, a flush), drains ready batches, groups them by partition leader and
-//! sends one `Produce` request per broker with one batch per partition.
-//! Retriable partition errors re-enqueue the batch (after a backoff, within
-//! `delivery.timeout.ms` and `retries`); errors that mean stale metadata
-//! (`NOT_LEADER_OR_FOLLOWER`, `UNKNOWN_TOPIC_OR_PARTITION`, lost connections)
-//! refresh the topic's metadata first.
+//! good).
 //!
-//! Ordering: at most one batch per partition is in flight (the partition is
-//! muted in the accumulator while its batch is out), so retries never
-//! reorder records.
+//! The sender task wakes when a batch is ready (`linger.ms`, a full batch, a
+//! flush), groups ready partitions by leader and builds `Produce` requests
+//! with one batch per partition. Each broker has a writer task that writes
+//! its requests in order on the broker's pipelined
+//! [`Connection`](crate::connection::Connection) and does not wait for a
+//! response before writing the next request: up to
+//! `max.in.flight.requests.per.connection` ([`ProducerConfig::max_in_flight`],
+//! default 5) Produce requests may be outstanding per broker. Retriable
+//! partition errors re-enqueue the batch first in its partition's line,
+//! after a backoff (within `delivery.timeout.ms` and `retries`); errors that
+//! mean stale metadata (`NOT_LEADER_OR_FOLLOWER`,
+//! `UNKNOWN_TOPIC_OR_PARTITION`, lost connections) also trigger a background
+//! metadata refresh. Partitions without a known leader keep their batches in
+//! the accumulator while the metadata is refreshed.
+//!
+//! # Ordering
+//!
+//! Without idempotence (not implemented yet) at most **one batch per
+//! partition** is in flight, whatever `max_in_flight` says: the partition is
+//! muted in the accumulator while its batch is out, and a failed batch goes
+//! back *first* in its partition's line, so retries never reorder records
+//! within a partition. Pipelining (`max_in_flight > 1`) therefore only lets
+//! requests carrying *different* partitions of one broker overlap, and lets
+//! lingering and accumulating overlap with network round trips. This is
+//! stricter than Kafka, which with `max.in.flight.requests.per.connection >
+//! 1` and `enable.idempotence=false` may reorder records when a batch is
+//! retried after a later batch of its partition succeeded; here that cannot
+//! happen. `max_in_flight = 1` additionally allows only one outstanding
+//! Produce request per broker.
+//!
+//! Hook for the idempotent producer (exactly-once issue):
+//! `sender::max_in_flight_per_partition` returns the per-partition limit
+//! (1 today); with idempotence it may return `min(max_in_flight, 5)`. The
+//! accumulator already stamps producer id, epoch and base sequence at drain
+//! time ([`RecordAccumulator::set_producer`],
+//! [`RecordAccumulator::next_sequence`]) and each broker's writer task keeps
+//! request order on its connection. Still missing for that path: handling
+//! `OUT_OF_ORDER_SEQUENCE_NUMBER` / `DUPLICATE_SEQUENCE_NUMBER` and
+//! re-sending the later in-flight batches of a partition, in order, after an
+//! earlier one failed.
+//!
+//! # Delivery timeout
+//!
+//! `delivery.timeout.ms` bounds the time from a batch's creation to its
+//! outcome. Batches still in the accumulator (never sent, e.g. no leader or
+//! an unreachable broker, or waiting for a retry) are expired by the sender
+//! once it has passed; batches in flight are failed when their request
+//! outlives it (their partition stays muted until that request completes,
+//! so ordering is kept). Their records fail with [`ClientError::Timeout`]
+//! naming the topic-partition, like Kafka's `Expiring N record(s) for T-P: X
+//! ms has passed since batch creation`. As Kafka does, [`Producer::new`]
+//! rejects `delivery.timeout.ms < linger.ms + request.timeout.ms`.
 //!
 //! ```no_run
 //! # async fn demo() -> sluice_client::Result<()> {
@@ -31,31 +74,25 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+mod sender;
+
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use proto_kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use proto_kafka::messages::{ProduceRequest, ProduceResponse, TopicName};
-use proto_kafka::protocol::StrBytes;
 use sluice_protocol::record::{Compression, Record};
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
 use crate::accumulator::{
-    AccumulatorConfig, AppendOutcome, BatchId, ReadyBatch, RecordAccumulator, TopicPartition,
+    AccumulatorConfig, AppendOutcome, BatchId, RecordAccumulator, TopicPartition,
 };
-use crate::cluster::{ClientConfig, Cluster};
+use crate::cluster::{ClientConfig, Cluster, TopicInfo};
 use crate::error::{ClientError, Result};
 use crate::partitioner::Partitioner;
-
-/// Highest Produce version this producer speaks (v13 replaces topic names
-/// with topic ids).
-const PRODUCE_MAX: i16 = 12;
 
 /// Producer settings (Kafka 4 defaults).
 #[derive(Debug, Clone)]
@@ -73,15 +110,24 @@ pub struct ProducerConfig {
     /// `compression.type`.
     pub compression: Compression,
     /// `request.timeout.ms`: the broker-side `timeout_ms` of Produce
-    /// requests.
+    /// requests and how long the producer waits for a Produce response
+    /// (a timeout breaks the connection, failing its other outstanding
+    /// requests, which are retried). Connecting and metadata requests use
+    /// the connection's own timeouts in [`ClientConfig::connection`].
     pub request_timeout: Duration,
-    /// `delivery.timeout.ms`: upper bound on the time between `send` and the
-    /// delivery outcome, retries included.
+    /// `delivery.timeout.ms`: upper bound on the time between a batch's
+    /// creation and its delivery outcome, retries included; must be at
+    /// least `linger.ms + request.timeout.ms`.
     pub delivery_timeout_ms: u64,
     /// `retries`: how often a batch is retried after a retriable error.
     pub retries: u32,
     /// `max.block.ms`: how long `send` waits for buffer memory.
     pub max_block_ms: u64,
+    /// `max.in.flight.requests.per.connection`: Produce requests that may
+    /// be outstanding per broker connection (at least 1). Without
+    /// idempotence a partition still has at most one batch in flight (see
+    /// the module docs on ordering).
+    pub max_in_flight: usize,
 }
 
 impl ProducerConfig {
@@ -98,7 +144,32 @@ impl ProducerConfig {
             delivery_timeout_ms: 120_000,
             retries: i32::MAX as u32,
             max_block_ms: 60_000,
+            max_in_flight: 5,
         }
+    }
+
+    /// Checks the settings the way Kafka's `ProducerConfig` does.
+    pub fn validate(&self) -> Result<()> {
+        if !matches!(self.acks, -1..=1) {
+            return Err(ClientError::InvalidArgument(format!(
+                "acks must be -1, 0 or 1, not {}",
+                self.acks
+            )));
+        }
+        if self.max_in_flight == 0 {
+            return Err(ClientError::InvalidArgument(
+                "max.in.flight.requests.per.connection must be at least 1".into(),
+            ));
+        }
+        let request_ms = u64::try_from(self.request_timeout.as_millis()).unwrap_or(u64::MAX);
+        if self.delivery_timeout_ms < self.linger_ms.saturating_add(request_ms) {
+            return Err(ClientError::InvalidArgument(format!(
+                "delivery.timeout.ms ({}) must be at least linger.ms ({}) + \
+                 request.timeout.ms ({request_ms})",
+                self.delivery_timeout_ms, self.linger_ms
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -207,8 +278,19 @@ struct State {
     topics: HashMap<String, (u32, Vec<i32>)>,
     /// Records per batch id.
     pending: HashMap<BatchId, Vec<Pending>>,
-    /// Drained batches not completed yet.
+    /// Drained batches not completed yet (queued for a broker, being
+    /// written, or awaiting their response).
     in_flight: usize,
+    /// Produce requests outstanding per broker id (at most
+    /// `max_in_flight`).
+    broker_requests: HashMap<i32, usize>,
+    /// Batches in flight per partition (at most
+    /// `sender::max_in_flight_per_partition`).
+    partition_in_flight: HashMap<TopicPartition, usize>,
+    /// Topics whose metadata the background refresh should reload.
+    refresh_topics: BTreeSet<String>,
+    /// Whether the background metadata refresh task runs.
+    refreshing: bool,
     /// Concurrent `flush()` calls.
     flushers: usize,
     /// Failed attempts per batch (re-enqueues for ordering do not count).
@@ -236,6 +318,23 @@ impl Inner {
     fn now_ms(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
     }
+
+    /// The instant `ms` milliseconds after the producer started.
+    fn instant_at(&self, ms: u64) -> Instant {
+        self.start + Duration::from_millis(ms)
+    }
+}
+
+/// Partition count and the partitions with a leader.
+fn partition_info(t: &TopicInfo) -> (u32, Vec<i32>) {
+    (
+        t.partitions.len() as u32,
+        t.partitions
+            .values()
+            .filter(|p| p.leader >= 0)
+            .map(|p| p.partition)
+            .collect(),
+    )
 }
 
 /// An async Kafka producer (see the module docs).
@@ -254,19 +353,16 @@ fn wall_clock_ms() -> i64 {
 impl Producer {
     /// Connects to the cluster and starts the sender task.
     pub async fn new(config: ProducerConfig) -> Result<Self> {
-        if !matches!(config.acks, -1..=1) {
-            return Err(ClientError::InvalidArgument(format!(
-                "acks must be -1, 0 or 1, not {}",
-                config.acks
-            )));
-        }
+        config.validate()?;
         let cluster = Cluster::connect(config.client.clone()).await?;
         Ok(Self::with_cluster(config, cluster))
     }
 
     /// A producer on an existing cluster view (must be called in a tokio
-    /// runtime).
-    pub fn with_cluster(config: ProducerConfig, cluster: Arc<Cluster>) -> Self {
+    /// runtime). The configuration is not validated (see
+    /// [`ProducerConfig::validate`]); `max_in_flight` 0 counts as 1.
+    pub fn with_cluster(mut config: ProducerConfig, cluster: Arc<Cluster>) -> Self {
+        config.max_in_flight = config.max_in_flight.max(1);
         let acc = RecordAccumulator::new(AccumulatorConfig {
             batch_size: config.batch_size,
             linger_ms: config.linger_ms,
@@ -280,6 +376,10 @@ impl Producer {
                 topics: HashMap::new(),
                 pending: HashMap::new(),
                 in_flight: 0,
+                broker_requests: HashMap::new(),
+                partition_in_flight: HashMap::new(),
+                refresh_topics: BTreeSet::new(),
+                refreshing: false,
                 flushers: 0,
                 failures: HashMap::new(),
                 closed: false,
@@ -290,7 +390,7 @@ impl Producer {
             wake: Notify::new(),
             progress: Notify::new(),
         });
-        let sender = tokio::spawn(run_sender(inner.clone()));
+        let sender = tokio::spawn(sender::run_sender(inner.clone()));
         Self {
             inner,
             sender: Mutex::new(Some(sender)),
@@ -318,14 +418,7 @@ impl Producer {
             ClientError::from_code(3, None, format!("topic {topic}"))
                 .unwrap_or_else(|| ClientError::InvalidArgument(topic.to_string()))
         })?;
-        let info = (
-            t.partitions.len() as u32,
-            t.partitions
-                .values()
-                .filter(|p| p.leader >= 0)
-                .map(|p| p.partition)
-                .collect(),
-        );
+        let info = partition_info(t);
         self.inner
             .lock()
             .topics
@@ -469,297 +562,4 @@ impl Drop for Producer {
         self.inner.lock().closed = true;
         self.inner.wake.notify_one();
     }
-}
-
-/// The sender loop: drain ready batches, send them per leader, repeat.
-async fn run_sender(inner: Arc<Inner>) {
-    loop {
-        let notified = inner.wake.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        let (batches, next) = {
-            let mut st = inner.lock();
-            if st.closed {
-                // Deliver what is left without lingering.
-                st.acc.begin_flush();
-                if !st.acc.has_undrained() && st.in_flight == 0 {
-                    break;
-                }
-            }
-            let now = inner.now_ms();
-            let batches = match st.acc.drain(now) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::error!(%e, "encoding batches failed");
-                    let ids = st.acc.abort_undrained();
-                    for id in ids {
-                        fail_batch_records(&mut st, id, &e);
-                    }
-                    drop(st);
-                    inner.progress.notify_waiters();
-                    continue;
-                }
-            };
-            // One batch per partition in flight: give later batches of the
-            // same partition back (they keep their order, ahead of newer ones).
-            let mut seen = std::collections::HashSet::new();
-            let mut send = Vec::with_capacity(batches.len());
-            for b in batches {
-                if seen.insert(b.tp.clone()) {
-                    st.acc.mute(&b.tp);
-                    send.push(b);
-                } else {
-                    st.acc.reenqueue(b);
-                }
-            }
-            let batches = send;
-            st.in_flight += batches.len();
-            (batches, st.acc.next_ready_ms())
-        };
-        if batches.is_empty() {
-            match next {
-                Some(at) => {
-                    let wait = at.saturating_sub(inner.now_ms());
-                    let _ =
-                        tokio::time::timeout(Duration::from_millis(wait.max(1)), notified).await;
-                }
-                None => notified.await,
-            }
-            continue;
-        }
-        // Group by leader.
-        let md = inner.cluster.metadata().await;
-        let mut by_leader: BTreeMap<i32, Vec<ReadyBatch>> = BTreeMap::new();
-        let mut leaderless = Vec::new();
-        for b in batches {
-            match md.leader(&b.tp.topic, b.tp.partition) {
-                Some(broker) => by_leader.entry(broker.id).or_default().push(b),
-                None => leaderless.push(b),
-            }
-        }
-        if !leaderless.is_empty() {
-            let inner = inner.clone();
-            tokio::spawn(async move {
-                let e = ClientError::from_code(5, None, "no leader known")
-                    .unwrap_or_else(|| ClientError::NoBrokerAvailable("no leader".into()));
-                for b in leaderless {
-                    complete(&inner, b, Err(clone_error(&e))).await;
-                }
-            });
-        }
-        for (leader, batches) in by_leader {
-            tokio::spawn(send_to_leader(inner.clone(), leader, batches));
-        }
-    }
-}
-
-/// A copy of `e` for a second batch (errors are not `Clone`).
-fn clone_error(e: &ClientError) -> ClientError {
-    match e {
-        ClientError::Kafka {
-            error,
-            code,
-            name,
-            message,
-            context,
-        } => ClientError::Kafka {
-            error: *error,
-            code: *code,
-            name: name.clone(),
-            message: message.clone(),
-            context: context.clone(),
-        },
-        ClientError::Io { addr, source } => ClientError::Io {
-            addr: addr.clone(),
-            source: std::io::Error::new(source.kind(), source.to_string()),
-        },
-        ClientError::Timeout { api, addr, timeout } => ClientError::Timeout {
-            api: api.clone(),
-            addr: addr.clone(),
-            timeout: *timeout,
-        },
-        ClientError::NoBrokerAvailable(s) => ClientError::NoBrokerAvailable(s.clone()),
-        ClientError::Protocol(s) => ClientError::Protocol(s.clone()),
-        ClientError::InvalidArgument(s) => ClientError::InvalidArgument(s.clone()),
-        ClientError::UnsupportedVersion { api, addr } => ClientError::UnsupportedVersion {
-            api: api.clone(),
-            addr: addr.clone(),
-        },
-        ClientError::RecordTooLarge {
-            size,
-            limit,
-            limit_name,
-        } => ClientError::RecordTooLarge {
-            size: *size,
-            limit: *limit,
-            limit_name,
-        },
-    }
-}
-
-/// Sends one Produce request with `batches` (one per partition) to broker
-/// `leader` and completes each batch from its partition response.
-async fn send_to_leader(inner: Arc<Inner>, leader: i32, batches: Vec<ReadyBatch>) {
-    let cfg = &inner.config;
-    let mut req = ProduceRequest::default();
-    req.acks = cfg.acks;
-    req.timeout_ms = i32::try_from(cfg.request_timeout.as_millis()).unwrap_or(i32::MAX);
-    let mut topics: BTreeMap<String, Vec<PartitionProduceData>> = BTreeMap::new();
-    for b in &batches {
-        let mut p = PartitionProduceData::default();
-        p.index = b.tp.partition;
-        p.records = Some(Bytes::from(b.bytes.clone()));
-        topics.entry(b.tp.topic.clone()).or_default().push(p);
-    }
-    req.topic_data = topics
-        .into_iter()
-        .map(|(name, partitions)| {
-            let mut t = TopicProduceData::default();
-            t.name = TopicName(StrBytes::from_string(name));
-            t.partition_data = partitions;
-            t
-        })
-        .collect();
-    let result: Result<Option<ProduceResponse>> = async {
-        let conn = inner.cluster.connection(leader).await?;
-        let mut conn = conn.lock().await;
-        let version = conn.version_for(proto_kafka::messages::ApiKey::Produce, PRODUCE_MAX)?;
-        if cfg.acks == 0 {
-            conn.send_oneway(&req, version).await?;
-            Ok(None)
-        } else {
-            Ok(Some(conn.send(&req, version).await?))
-        }
-    }
-    .await;
-    match result {
-        Err(e) => {
-            for b in batches {
-                complete(&inner, b, Err(clone_error(&e))).await;
-            }
-        }
-        Ok(None) => {
-            for b in batches {
-                complete(&inner, b, Ok((-1, -1))).await;
-            }
-        }
-        Ok(Some(resp)) => {
-            let mut outcomes: HashMap<TopicPartition, (i16, i64, i64, Option<String>)> =
-                HashMap::new();
-            for t in &resp.responses {
-                for p in &t.partition_responses {
-                    outcomes.insert(
-                        TopicPartition::new(t.name.0.as_str(), p.index),
-                        (
-                            p.error_code,
-                            p.base_offset,
-                            p.log_append_time_ms,
-                            p.error_message.as_ref().map(|m| m.as_str().to_string()),
-                        ),
-                    );
-                }
-            }
-            for b in batches {
-                let r = match outcomes.remove(&b.tp) {
-                    None => Err(ClientError::Protocol(format!(
-                        "no produce response for {}-{}",
-                        b.tp.topic, b.tp.partition
-                    ))),
-                    Some((code, base, append_time, msg)) => {
-                        match ClientError::from_code(
-                            code,
-                            msg,
-                            format!("produce to {}-{}", b.tp.topic, b.tp.partition),
-                        ) {
-                            Some(e) => Err(e),
-                            None => Ok((base, append_time)),
-                        }
-                    }
-                };
-                complete(&inner, b, r).await;
-            }
-        }
-    }
-}
-
-fn fail_batch_records(st: &mut State, id: BatchId, e: &ClientError) {
-    for p in st.pending.remove(&id).unwrap_or_default() {
-        let _ = p.tx.send(Err(clone_error(e)));
-    }
-}
-
-/// Completes a drained batch: resolves its records, or re-enqueues it for a
-/// retry when the error is retriable and time and retries remain.
-async fn complete(inner: &Arc<Inner>, batch: ReadyBatch, outcome: Result<(i64, i64)>) {
-    let cfg = &inner.config;
-    match outcome {
-        Ok((base, append_time)) => {
-            let mut st = inner.lock();
-            for p in st.pending.remove(&batch.id).unwrap_or_default() {
-                let offset = if base < 0 {
-                    -1
-                } else {
-                    base + i64::from(p.index)
-                };
-                let timestamp = if append_time >= 0 {
-                    append_time
-                } else {
-                    p.timestamp
-                };
-                let _ = p.tx.send(Ok(RecordMetadata {
-                    topic: batch.tp.topic.clone(),
-                    partition: batch.tp.partition,
-                    offset,
-                    timestamp,
-                }));
-            }
-            finish(&mut st, &batch);
-        }
-        Err(e) => {
-            let elapsed = inner.now_ms().saturating_sub(batch.created_ms);
-            let failures = {
-                let mut st = inner.lock();
-                let n = st.failures.entry(batch.id).or_insert(0);
-                *n += 1;
-                *n
-            };
-            let retry =
-                e.is_retriable() && failures <= cfg.retries && elapsed < cfg.delivery_timeout_ms;
-            if retry {
-                tracing::debug!(%e, failures, "retrying produce batch");
-                if e.invalidates_metadata() {
-                    inner.lock().topics.remove(&batch.tp.topic);
-                    let _ = inner
-                        .cluster
-                        .refresh(Some(std::slice::from_ref(&batch.tp.topic)))
-                        .await;
-                }
-                let base = cfg.client.retry_backoff;
-                let backoff = base
-                    .saturating_mul(1 << (failures - 1).min(10))
-                    .min(cfg.client.retry_backoff_max);
-                tokio::time::sleep(backoff).await;
-                let mut st = inner.lock();
-                st.in_flight -= 1;
-                st.acc.unmute(&batch.tp);
-                st.acc.reenqueue(batch);
-                drop(st);
-                inner.wake.notify_one();
-            } else {
-                let mut st = inner.lock();
-                fail_batch_records(&mut st, batch.id, &e);
-                finish(&mut st, &batch);
-            }
-        }
-    }
-    inner.progress.notify_waiters();
-    inner.wake.notify_one();
-}
-
-/// Releases a finished batch's memory and unmutes its partition.
-fn finish(st: &mut State, batch: &ReadyBatch) {
-    st.failures.remove(&batch.id);
-    st.acc.deallocate(batch);
-    st.acc.unmute(&batch.tp);
-    st.in_flight -= 1;
 }

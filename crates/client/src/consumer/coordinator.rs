@@ -1,0 +1,692 @@
+//! Group membership for the consumer, speaking the classic group protocol
+//! to the group coordinator: FindCoordinator, JoinGroup (with
+//! `MEMBER_ID_REQUIRED` handling, KIP-394), the leader's assignment through
+//! a [`PartitionAssignor`], SyncGroup, a background heartbeat task, LeaveGroup,
+//! and offset commits with the member's generation.
+//!
+//! The coordinator gets its own connection (as the Java client does), so a
+//! long-polling fetch on the same broker never delays a heartbeat or a
+//! commit. State shared with the heartbeat task and with asynchronous commits
+//! lives in [`Link`]; the heartbeat task never changes the assignment, it
+//! only flags that a rejoin is needed and wakes `poll`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use proto_kafka::messages::join_group_request::JoinGroupRequestProtocol;
+use proto_kafka::messages::leave_group_request::MemberIdentity;
+use proto_kafka::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use proto_kafka::messages::sync_group_request::SyncGroupRequestAssignment;
+use proto_kafka::messages::{
+    GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    OffsetCommitRequest, SyncGroupRequest, TopicName,
+};
+use proto_kafka::protocol::StrBytes;
+use tokio::sync::{Mutex, Notify};
+use tokio::task::JoinHandle;
+
+use crate::admin::{Admin, OffsetAndMetadata};
+use crate::cluster::Cluster;
+use crate::connection::{Connection, ConnectionConfig};
+use crate::consumer::assignor::{
+    decode_assignment, decode_subscription, encode_assignment, encode_subscription,
+    PartitionAssignor, Subscription,
+};
+use crate::consumer::config::ConsumerConfig;
+use crate::error::{ClientError, Result};
+use crate::TopicPartition;
+
+const JOIN_GROUP_MAX: i16 = 9;
+const SYNC_GROUP_MAX: i16 = 5;
+const HEARTBEAT_MAX: i16 = 4;
+const LEAVE_GROUP_MAX: i16 = 5;
+const OFFSET_COMMIT_MAX: i16 = 9;
+/// ConsumerProtocolSubscription version sent (v3 carries owned partitions,
+/// generation and rack; older readers ignore the tail).
+const SUBSCRIPTION_VERSION: i16 = 3;
+
+const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+const NOT_COORDINATOR: i16 = 16;
+const ILLEGAL_GENERATION: i16 = 22;
+const UNKNOWN_MEMBER_ID: i16 = 25;
+const REBALANCE_IN_PROGRESS: i16 = 27;
+const MEMBER_ID_REQUIRED: i16 = 79;
+const FENCED_INSTANCE_ID: i16 = 82;
+
+fn coordinator_moved(code: i16) -> bool {
+    matches!(code, COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR)
+}
+
+fn membership_lost(code: i16) -> bool {
+    matches!(
+        code,
+        UNKNOWN_MEMBER_ID | ILLEGAL_GENERATION | FENCED_INSTANCE_ID
+    )
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+/// Membership state shared with the heartbeat task and async commits.
+#[derive(Debug)]
+pub(crate) struct MemberState {
+    /// Member id given by the coordinator ("" before the first join).
+    pub member_id: String,
+    /// Generation of the last successful join (-1 when none).
+    pub generation: i32,
+    /// Joined and synced: heartbeats run.
+    pub stable: bool,
+    /// The coordinator asked for (or an error implies) a rejoin.
+    pub rejoin_needed: bool,
+    /// The member lost its generation (partitions must be treated as lost).
+    pub lost: bool,
+    /// Last time the application called `poll`.
+    pub last_poll: Instant,
+}
+
+/// What heartbeats and commits need: the coordinator connection and the
+/// member state.
+#[derive(Debug)]
+pub(crate) struct Link {
+    group_id: String,
+    instance_id: Option<String>,
+    admin: Admin,
+    connection: ConnectionConfig,
+    conn: Mutex<Option<Arc<Mutex<Connection>>>>,
+    state: StdMutex<MemberState>,
+    /// Woken when the heartbeat task flags a rejoin.
+    pub wake: Notify,
+    retries: u32,
+    backoff: Duration,
+}
+
+impl Link {
+    pub(crate) fn state(&self) -> MutexGuard<'_, MemberState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The coordinator connection, finding the coordinator when unknown.
+    async fn connection(&self) -> Result<Arc<Mutex<Connection>>> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            if !c.lock().await.is_broken() {
+                return Ok(c.clone());
+            }
+        }
+        let broker = self.admin.find_coordinator(&self.group_id).await?;
+        let conn = Connection::connect(&broker.addr(), self.connection.clone()).await?;
+        let conn = Arc::new(Mutex::new(conn));
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Forgets the coordinator (it moved or its connection failed).
+    async fn coordinator_lost(&self) {
+        *self.conn.lock().await = None;
+    }
+
+    fn reset_generation(&self) {
+        let mut st = self.state();
+        st.generation = -1;
+        st.member_id.clear();
+        st.stable = false;
+        st.rejoin_needed = true;
+        st.lost = true;
+    }
+
+    /// Commits `offsets` with the current generation (or as a simple
+    /// consumer group, generation -1, when not a member), retrying
+    /// coordinator moves.
+    pub(crate) async fn commit(
+        &self,
+        offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
+    ) -> Result<()> {
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let mut backoff = self.backoff;
+        let mut attempt = 0;
+        loop {
+            match self.commit_once(offsets).await {
+                Err(e) if e.is_retriable() && attempt < self.retries => {
+                    attempt += 1;
+                    if matches!(e, ClientError::Io { .. } | ClientError::Timeout { .. })
+                        || e.code().is_some_and(coordinator_moved)
+                    {
+                        self.coordinator_lost().await;
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn commit_once(
+        &self,
+        offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
+    ) -> Result<()> {
+        let (generation, member_id) = {
+            let st = self.state();
+            if st.stable {
+                (st.generation, st.member_id.clone())
+            } else if st.generation >= 0 {
+                return Err(ClientError::from_code(
+                    REBALANCE_IN_PROGRESS,
+                    Some("the group is rebalancing; poll again, then commit".into()),
+                    format!("commit offsets of group {}", self.group_id),
+                )
+                .unwrap_or_else(|| ClientError::Protocol("rebalance".into())));
+            } else {
+                (-1, String::new())
+            }
+        };
+        let mut req = OffsetCommitRequest::default();
+        req.group_id = GroupId(s(&self.group_id));
+        req.generation_id_or_member_epoch = generation;
+        req.member_id = s(&member_id);
+        if generation >= 0 {
+            req.group_instance_id = self.instance_id.as_deref().map(s);
+        }
+        req.retention_time_ms = -1;
+        let mut by_topic: BTreeMap<&str, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
+        for (tp, om) in offsets {
+            let mut p = OffsetCommitRequestPartition::default();
+            p.partition_index = tp.partition;
+            p.committed_offset = om.offset;
+            p.committed_leader_epoch = om.leader_epoch.unwrap_or(-1);
+            p.committed_metadata = Some(s(om.metadata.as_deref().unwrap_or("")));
+            by_topic.entry(tp.topic.as_str()).or_default().push(p);
+        }
+        for (topic, partitions) in by_topic {
+            let mut t = OffsetCommitRequestTopic::default();
+            t.name = TopicName(s(topic));
+            t.partitions = partitions;
+            req.topics.push(t);
+        }
+        let conn = self.connection().await?;
+        let resp = conn
+            .lock()
+            .await
+            .send_negotiated(&req, OFFSET_COMMIT_MAX)
+            .await;
+        let (resp, _) = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                self.coordinator_lost().await;
+                return Err(e);
+            }
+        };
+        for t in &resp.topics {
+            for p in &t.partitions {
+                if p.error_code == 0 {
+                    continue;
+                }
+                if membership_lost(p.error_code) {
+                    self.reset_generation();
+                    self.wake.notify_one();
+                } else if p.error_code == REBALANCE_IN_PROGRESS {
+                    self.state().rejoin_needed = true;
+                    self.wake.notify_one();
+                }
+                let context = format!(
+                    "commit offset of {}-{} for group {}",
+                    t.name.0.as_str(),
+                    p.partition_index,
+                    self.group_id
+                );
+                if let Some(e) = ClientError::from_code(p.error_code, None, context) {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends LeaveGroup for this member (dynamic members only; a static
+    /// member keeps its slot until its session times out, as in Kafka).
+    async fn leave(&self, reason: &str) {
+        let member_id = {
+            let st = self.state();
+            if st.member_id.is_empty() {
+                return;
+            }
+            st.member_id.clone()
+        };
+        if self.instance_id.is_some() {
+            return;
+        }
+        let Ok(conn) = self.connection().await else {
+            return;
+        };
+        let mut conn = conn.lock().await;
+        let Ok(version) =
+            conn.version_for(proto_kafka::messages::ApiKey::LeaveGroup, LEAVE_GROUP_MAX)
+        else {
+            return;
+        };
+        let mut req = LeaveGroupRequest::default();
+        req.group_id = GroupId(s(&self.group_id));
+        if version >= 3 {
+            let mut m = MemberIdentity::default();
+            m.member_id = s(&member_id);
+            if version >= 5 {
+                m.reason = Some(s(reason));
+            }
+            req.members.push(m);
+        } else {
+            req.member_id = s(&member_id);
+        }
+        if let Err(e) = conn.send(&req, version).await {
+            tracing::debug!(error = %e, group = %self.group_id, "LeaveGroup failed");
+        }
+    }
+}
+
+/// The result of a completed join.
+#[derive(Debug)]
+pub(crate) struct Joined {
+    /// The partitions assigned to this member.
+    pub assignment: Vec<TopicPartition>,
+}
+
+/// The consumer's side of the group protocol.
+#[derive(Debug)]
+pub(crate) struct GroupMember {
+    link: Arc<Link>,
+    cluster: Arc<Cluster>,
+    assignors: Vec<Arc<dyn PartitionAssignor>>,
+    session_timeout: Duration,
+    rebalance_timeout: Duration,
+    heartbeat_interval: Duration,
+    client_rack: Option<String>,
+    heartbeat: Option<JoinHandle<()>>,
+    /// Leader only: partition counts of every topic the group subscribes to,
+    /// as used for the last assignment (a change triggers a rejoin).
+    pub leader_snapshot: Option<BTreeMap<String, i32>>,
+}
+
+impl Drop for GroupMember {
+    fn drop(&mut self) {
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+    }
+}
+
+impl GroupMember {
+    /// A member of `config.group_id` (which must be set).
+    pub(crate) fn new(config: &ConsumerConfig, cluster: Arc<Cluster>, group_id: &str) -> Self {
+        let mut connection = config.client.connection.clone();
+        // JoinGroup may be held for the whole rebalance timeout.
+        connection.request_timeout = connection
+            .request_timeout
+            .max(config.max_poll_interval + Duration::from_secs(5));
+        let link = Arc::new(Link {
+            group_id: group_id.to_string(),
+            instance_id: config.group_instance_id.clone(),
+            admin: Admin::from_cluster(cluster.clone()),
+            connection,
+            conn: Mutex::new(None),
+            state: StdMutex::new(MemberState {
+                member_id: String::new(),
+                generation: -1,
+                stable: false,
+                rejoin_needed: true,
+                lost: false,
+                last_poll: Instant::now(),
+            }),
+            wake: Notify::new(),
+            retries: config.client.retries,
+            backoff: config.client.retry_backoff,
+        });
+        GroupMember {
+            link,
+            cluster,
+            assignors: config.assignors.clone(),
+            session_timeout: config.session_timeout,
+            rebalance_timeout: config.max_poll_interval,
+            heartbeat_interval: config.heartbeat_interval,
+            client_rack: config.client_rack.clone(),
+            heartbeat: None,
+            leader_snapshot: None,
+        }
+    }
+
+    /// The state shared with heartbeats and commits.
+    pub(crate) fn link(&self) -> &Arc<Link> {
+        &self.link
+    }
+
+    /// Whether a (re)join is needed before fetching.
+    pub(crate) fn needs_join(&self) -> bool {
+        let st = self.link.state();
+        st.rejoin_needed || !st.stable
+    }
+
+    /// Asks for a rejoin at the next poll (subscription or metadata change).
+    pub(crate) fn request_rejoin(&self) {
+        self.link.state().rejoin_needed = true;
+    }
+
+    /// Takes the "partitions lost" flag set when the generation was lost.
+    pub(crate) fn take_lost(&self) -> bool {
+        std::mem::take(&mut self.link.state().lost)
+    }
+
+    /// Records that the application polled (for `max.poll.interval.ms`).
+    pub(crate) fn polled(&self) {
+        self.link.state().last_poll = Instant::now();
+    }
+
+    /// Current (generation, member id).
+    pub(crate) fn generation(&self) -> (i32, String) {
+        let st = self.link.state();
+        (st.generation, st.member_id.clone())
+    }
+
+    fn stop_heartbeat(&mut self) {
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+        self.link.state().stable = false;
+    }
+
+    /// Joins (or rejoins) the group: JoinGroup until accepted, the
+    /// assignment if this member leads, SyncGroup. Returns `None` when
+    /// `deadline` passes first (the next poll continues).
+    pub(crate) async fn join(
+        &mut self,
+        topics: &[String],
+        owned: &[TopicPartition],
+        deadline: Instant,
+    ) -> Result<Option<Joined>> {
+        self.stop_heartbeat();
+        let mut backoff = self.link.backoff;
+        loop {
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            match self.join_once(topics, owned).await {
+                Ok(Some(joined)) => {
+                    {
+                        let mut st = self.link.state();
+                        st.stable = true;
+                        st.rejoin_needed = false;
+                        st.last_poll = Instant::now();
+                    }
+                    self.heartbeat = Some(tokio::spawn(heartbeat_loop(
+                        self.link.clone(),
+                        self.heartbeat_interval,
+                        self.rebalance_timeout,
+                    )));
+                    return Ok(Some(joined));
+                }
+                Ok(None) => {}
+                Err(e) if e.is_retriable() => {
+                    tracing::debug!(error = %e, "join failed; retrying");
+                    if matches!(e, ClientError::Io { .. } | ClientError::Timeout { .. })
+                        || e.code().is_some_and(coordinator_moved)
+                    {
+                        self.link.coordinator_lost().await;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+            tokio::time::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())))
+                .await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// One JoinGroup + SyncGroup round. `Ok(None)` means "try again".
+    async fn join_once(
+        &mut self,
+        topics: &[String],
+        owned: &[TopicPartition],
+    ) -> Result<Option<Joined>> {
+        let (generation, member_id) = self.generation();
+        let mut req = JoinGroupRequest::default();
+        req.group_id = GroupId(s(&self.link.group_id));
+        req.session_timeout_ms = millis(self.session_timeout);
+        req.rebalance_timeout_ms = millis(self.rebalance_timeout);
+        req.member_id = s(&member_id);
+        req.group_instance_id = self.link.instance_id.as_deref().map(s);
+        req.protocol_type = s("consumer");
+        req.reason = Some(s("sluice-client joining"));
+        for a in &self.assignors {
+            let sub = Subscription {
+                topics: topics.to_vec(),
+                user_data: a.subscription_user_data(topics, owned, generation),
+                owned_partitions: owned.to_vec(),
+                generation_id: generation,
+                rack_id: self.client_rack.clone(),
+                group_instance_id: None,
+            };
+            let mut p = JoinGroupRequestProtocol::default();
+            p.name = s(a.name());
+            p.metadata = encode_subscription(&sub, SUBSCRIPTION_VERSION)?;
+            req.protocols.push(p);
+        }
+        let conn = self.link.connection().await?;
+        let (resp, _): (JoinGroupResponse, i16) = conn
+            .lock()
+            .await
+            .send_negotiated(&req, JOIN_GROUP_MAX)
+            .await?;
+        let group = self.link.group_id.clone();
+        match resp.error_code {
+            0 => {}
+            MEMBER_ID_REQUIRED => {
+                self.link.state().member_id = resp.member_id.as_str().to_string();
+                return Ok(None);
+            }
+            UNKNOWN_MEMBER_ID => {
+                self.link.state().member_id.clear();
+                return Ok(None);
+            }
+            COORDINATOR_LOAD_IN_PROGRESS | REBALANCE_IN_PROGRESS => return Ok(None),
+            code if coordinator_moved(code) => {
+                self.link.coordinator_lost().await;
+                return Ok(None);
+            }
+            code => {
+                return Err(
+                    ClientError::from_code(code, None, format!("join group {group}"))
+                        .unwrap_or_else(|| ClientError::Protocol(format!("join error {code}"))),
+                )
+            }
+        }
+        let member_id = resp.member_id.as_str().to_string();
+        let generation = resp.generation_id;
+        {
+            let mut st = self.link.state();
+            st.member_id.clone_from(&member_id);
+            st.generation = generation;
+        }
+        let protocol = resp
+            .protocol_name
+            .as_ref()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_default();
+        let assignments = if resp.leader.as_str() == member_id {
+            self.assign(&protocol, &resp).await?
+        } else {
+            Vec::new()
+        };
+        let mut sync = SyncGroupRequest::default();
+        sync.group_id = GroupId(s(&group));
+        sync.generation_id = generation;
+        sync.member_id = s(&member_id);
+        sync.group_instance_id = self.link.instance_id.as_deref().map(s);
+        sync.protocol_type = Some(s("consumer"));
+        sync.protocol_name = Some(s(&protocol));
+        sync.assignments = assignments;
+        let (sresp, _) = conn
+            .lock()
+            .await
+            .send_negotiated(&sync, SYNC_GROUP_MAX)
+            .await?;
+        match sresp.error_code {
+            0 => {}
+            REBALANCE_IN_PROGRESS => return Ok(None),
+            code if membership_lost(code) => {
+                self.link.reset_generation();
+                return Ok(None);
+            }
+            code if coordinator_moved(code) => {
+                self.link.coordinator_lost().await;
+                return Ok(None);
+            }
+            code => {
+                return Err(
+                    ClientError::from_code(code, None, format!("sync group {group}"))
+                        .unwrap_or_else(|| ClientError::Protocol(format!("sync error {code}"))),
+                )
+            }
+        }
+        let assignment = decode_assignment(&sresp.assignment)?;
+        Ok(Some(Joined {
+            assignment: assignment.partitions,
+        }))
+    }
+
+    /// The leader's part: decode subscriptions, read partition counts, run
+    /// the chosen assignor and encode every member's assignment.
+    async fn assign(
+        &mut self,
+        protocol: &str,
+        resp: &JoinGroupResponse,
+    ) -> Result<Vec<SyncGroupRequestAssignment>> {
+        let assignor = self
+            .assignors
+            .iter()
+            .find(|a| a.name() == protocol)
+            .cloned()
+            .ok_or_else(|| {
+                ClientError::InvalidArgument(format!(
+                    "the group chose assignor {protocol:?}, which this consumer does not have"
+                ))
+            })?;
+        let mut members = BTreeMap::new();
+        let mut all_topics = BTreeSet::new();
+        for m in &resp.members {
+            let mut sub = decode_subscription(&m.metadata)?;
+            sub.group_instance_id = m.group_instance_id.as_ref().map(|i| i.as_str().to_string());
+            all_topics.extend(sub.topics.iter().cloned());
+            members.insert(m.member_id.as_str().to_string(), sub);
+        }
+        let topics: Vec<String> = all_topics.into_iter().collect();
+        let counts = self.partition_counts(&topics).await?;
+        let assignment = assignor.assign(&counts, &members)?;
+        self.leader_snapshot = Some(counts);
+        let mut out = Vec::new();
+        for member in members.keys() {
+            let a = assignment.get(member).cloned().unwrap_or_default();
+            let mut sa = SyncGroupRequestAssignment::default();
+            sa.member_id = s(member);
+            sa.assignment = encode_assignment(&a)?;
+            out.push(sa);
+        }
+        Ok(out)
+    }
+
+    /// Partition counts of `topics` (topics that do not exist are left out).
+    pub(crate) async fn partition_counts(
+        &self,
+        topics: &[String],
+    ) -> Result<BTreeMap<String, i32>> {
+        if topics.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let (md, _) = self.cluster.refresh(Some(topics)).await?;
+        Ok(md
+            .topics
+            .iter()
+            .filter(|(_, t)| !t.partitions.is_empty())
+            .map(|(n, t)| (n.clone(), t.partitions.len() as i32))
+            .collect())
+    }
+
+    /// Leaves the group (when a member) and stops heartbeating.
+    pub(crate) async fn leave(&mut self, reason: &str) {
+        self.stop_heartbeat();
+        self.link.leave(reason).await;
+        let mut st = self.link.state();
+        st.generation = -1;
+        st.member_id.clear();
+        st.rejoin_needed = true;
+        st.lost = false;
+    }
+}
+
+fn millis(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// Heartbeats every `interval` while the member is stable; flags a rejoin
+/// on `REBALANCE_IN_PROGRESS`, resets the member when the coordinator no
+/// longer knows it, and leaves the group when the application stopped
+/// polling for longer than `max.poll.interval.ms` (as the Java client's
+/// heartbeat thread does).
+async fn heartbeat_loop(link: Arc<Link>, interval: Duration, max_poll_interval: Duration) {
+    loop {
+        tokio::time::sleep(interval).await;
+        let (generation, member_id, last_poll) = {
+            let st = link.state();
+            if !st.stable {
+                return;
+            }
+            (st.generation, st.member_id.clone(), st.last_poll)
+        };
+        if last_poll.elapsed() > max_poll_interval {
+            tracing::warn!(
+                group = %link.group_id,
+                "poll not called within max.poll.interval.ms; leaving the group"
+            );
+            link.leave("consumer poll timeout has expired").await;
+            link.reset_generation();
+            link.wake.notify_one();
+            return;
+        }
+        let mut req = HeartbeatRequest::default();
+        req.group_id = GroupId(s(&link.group_id));
+        req.generation_id = generation;
+        req.member_id = s(&member_id);
+        req.group_instance_id = link.instance_id.as_deref().map(s);
+        let conn = match link.connection().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(error = %e, "heartbeat: no coordinator");
+                continue;
+            }
+        };
+        let resp = conn.lock().await.send_negotiated(&req, HEARTBEAT_MAX).await;
+        match resp {
+            Ok((r, _)) => match r.error_code {
+                0 => {}
+                REBALANCE_IN_PROGRESS => {
+                    link.state().rejoin_needed = true;
+                    link.wake.notify_one();
+                }
+                code if membership_lost(code) => {
+                    link.reset_generation();
+                    link.wake.notify_one();
+                    return;
+                }
+                code if coordinator_moved(code) => link.coordinator_lost().await,
+                code => tracing::warn!(code, group = %link.group_id, "heartbeat error"),
+            },
+            Err(e) => {
+                tracing::debug!(error = %e, "heartbeat failed");
+                link.coordinator_lost().await;
+            }
+        }
+    }
+}

@@ -1,0 +1,1092 @@
+//! The async consumer: `subscribe` (topic names or a regex) with group
+//! membership, or `assign` for manual partition assignment; `poll` with
+//! fetches pipelined ahead of the application; automatic and manual offset
+//! commits; `seek`, `position`, `pause`/`resume`; a rebalance listener.
+//!
+//! Modules: [`config`] (settings and their Kafka names), [`assignor`] (the
+//! [`PartitionAssignor`](assignor::PartitionAssignor) trait and the range,
+//! roundrobin, sticky and cooperative-sticky assignors), `coordinator`
+//! (JoinGroup/SyncGroup/Heartbeat/LeaveGroup/OffsetCommit), `fetcher`
+//! (Fetch requests and record decoding).
+//!
+//! How `poll` works: it (re)joins the group when needed (running the
+//! rebalance listener), initialises positions that are unknown (committed
+//! offset, else `auto.offset.reset`), starts an auto commit when due, hands
+//! out up to `max.poll.records` buffered records, and before returning sends
+//! the next fetch to every leader that has none in flight, so the broker
+//! works while the application processes. Fetches run as background tasks on
+//! connections owned by the consumer; a partition whose buffer already holds
+//! `max.poll.records` records is not fetched again until it drains.
+//!
+//! ```no_run
+//! # async fn demo() -> sluice_client::Result<()> {
+//! use std::time::Duration;
+//! use sluice_client::consumer::{Consumer, ConsumerConfig, OffsetReset};
+//! use sluice_client::ClientConfig;
+//!
+//! let mut config = ConsumerConfig::new(ClientConfig::new("127.0.0.1:9092")).group("billing");
+//! config.auto_offset_reset = OffsetReset::Earliest;
+//! let mut consumer = Consumer::new(config).await?;
+//! consumer.subscribe(&["orders"])?;
+//! for _ in 0..10 {
+//!     for record in consumer.poll(Duration::from_millis(500)).await? {
+//!         println!("{}-{}@{}: {:?}", record.topic, record.partition, record.offset, record.value);
+//!     }
+//! }
+//! consumer.close().await?;
+//! # Ok(()) }
+//! ```
+
+pub mod assignor;
+pub mod config;
+mod coordinator;
+mod fetcher;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+pub use crate::admin::{IsolationLevel, OffsetAndMetadata};
+pub use assignor::{PartitionAssignor, RebalanceProtocol};
+pub use config::{ConsumerConfig, OffsetReset};
+
+use crate::admin::{Admin, OffsetSpec};
+use crate::cluster::Cluster;
+use crate::connection::Connection;
+use crate::error::{ClientError, Result};
+use crate::TopicPartition;
+use coordinator::{GroupMember, Link};
+use fetcher::{FetchOutcome, FetchPlan, FetchSettings, FetchedData};
+
+/// A record returned by [`Consumer::poll`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Timestamp in ms (create time, or log append time when
+    /// `log_append_time`).
+    pub timestamp: i64,
+    /// Whether `timestamp` is the broker's log append time.
+    pub log_append_time: bool,
+    /// Leader epoch of the batch (-1 when unknown).
+    pub leader_epoch: i32,
+    /// Key.
+    pub key: Option<Bytes>,
+    /// Value (`None` for a tombstone).
+    pub value: Option<Bytes>,
+    /// Headers in order.
+    pub headers: Vec<(String, Option<Bytes>)>,
+}
+
+/// Callbacks run inside [`Consumer::poll`] when the group rebalances (Kafka's
+/// `ConsumerRebalanceListener`). With `enable.auto.commit`, positions are
+/// committed before partitions are revoked.
+pub trait RebalanceListener: Send {
+    /// Partitions taken away from this member (after their offsets were
+    /// auto-committed).
+    fn on_partitions_revoked(&mut self, partitions: &[TopicPartition]) {
+        let _ = partitions;
+    }
+    /// Partitions newly given to this member (cooperative: only the added
+    /// ones; eager: the whole assignment).
+    fn on_partitions_assigned(&mut self, partitions: &[TopicPartition]) {
+        let _ = partitions;
+    }
+    /// Partitions lost without a clean revocation (the member fell out of
+    /// the group); their offsets may already belong to someone else.
+    fn on_partitions_lost(&mut self, partitions: &[TopicPartition]) {
+        self.on_partitions_revoked(partitions);
+    }
+}
+
+/// The outcome of [`Consumer::commit_async`]: await it for the result, or
+/// drop it to ignore the result (the commit still completes).
+#[derive(Debug)]
+pub struct CommitFuture {
+    task: Option<JoinHandle<Result<()>>>,
+}
+
+impl Future for CommitFuture {
+    type Output = Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let Some(task) = self.task.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        match Pin::new(task).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(r) => {
+                self.task = None;
+                Poll::Ready(r.unwrap_or_else(|e| {
+                    Err(ClientError::Protocol(format!("commit task failed: {e}")))
+                }))
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Subscription {
+    None,
+    Topics,
+    Pattern(regex::Regex),
+    Manual,
+}
+
+/// Per-partition fetch state.
+#[derive(Debug, Default)]
+struct PartitionState {
+    /// Next offset handed to the application (`None` until initialised).
+    position: Option<i64>,
+    /// Where the next fetch starts (past buffered data).
+    fetch_position: i64,
+    /// Leader epoch of the last record returned.
+    leader_epoch: Option<i32>,
+    /// Fetched, not yet returned.
+    buffered: VecDeque<FetchedData>,
+    buffered_records: usize,
+    paused: bool,
+    /// Reset requested by seek_to_beginning/end or out of range.
+    reset: Option<OffsetReset>,
+    in_flight: bool,
+    /// No fetch before this instant (after an error).
+    retry_after: Option<Instant>,
+    high_watermark: i64,
+}
+
+impl PartitionState {
+    fn set_position(&mut self, offset: i64) {
+        self.position = Some(offset);
+        self.fetch_position = offset;
+        self.buffered.clear();
+        self.buffered_records = 0;
+        self.reset = None;
+    }
+
+    fn request_reset(&mut self, reset: OffsetReset) {
+        self.position = None;
+        self.buffered.clear();
+        self.buffered_records = 0;
+        self.reset = Some(reset);
+    }
+}
+
+/// An async Kafka consumer (see the module docs).
+pub struct Consumer {
+    config: ConsumerConfig,
+    cluster: Arc<Cluster>,
+    admin: Admin,
+    subscription: Subscription,
+    /// Topics this member subscribes to (patterns resolved).
+    topics: BTreeSet<String>,
+    partitions: BTreeMap<TopicPartition, PartitionState>,
+    group: Option<GroupMember>,
+    listener: Option<Box<dyn RebalanceListener>>,
+    fetch_tx: mpsc::UnboundedSender<FetchOutcome>,
+    fetch_rx: mpsc::UnboundedReceiver<FetchOutcome>,
+    idle_conns: HashMap<i32, Connection>,
+    brokers_in_flight: HashSet<i32>,
+    settings: FetchSettings,
+    next_auto_commit: Instant,
+    auto_commit: Option<JoinHandle<Result<()>>>,
+    last_metadata: Instant,
+    metadata_stale: bool,
+    /// Rotates which partition `poll` drains first.
+    drain_start: usize,
+    pending_error: Option<ClientError>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("group_id", &self.config.group_id)
+            .field("subscription", &self.subscription)
+            .field("assignment", &self.partitions.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Consumer {
+    /// Connects to the cluster. Nothing is consumed until
+    /// [`subscribe`](Self::subscribe) or [`assign`](Self::assign).
+    pub async fn new(config: ConsumerConfig) -> Result<Self> {
+        config.validate()?;
+        let cluster = Cluster::connect(config.client.clone()).await?;
+        Ok(Self::with_cluster(config, cluster))
+    }
+
+    /// A consumer on an existing cluster view (config must be valid).
+    pub fn with_cluster(config: ConsumerConfig, cluster: Arc<Cluster>) -> Self {
+        let group = config
+            .group_id
+            .clone()
+            .map(|g| GroupMember::new(&config, cluster.clone(), &g));
+        let (fetch_tx, fetch_rx) = mpsc::unbounded_channel();
+        let mut connection = config.client.connection.clone();
+        connection.request_timeout += config.fetch_max_wait;
+        let settings = FetchSettings {
+            connection,
+            max_wait: config.fetch_max_wait,
+            min_bytes: config.fetch_min_bytes,
+            max_bytes: config.fetch_max_bytes,
+            partition_max_bytes: config.max_partition_fetch_bytes,
+            isolation: config.isolation_level,
+            check_crcs: config.check_crcs,
+        };
+        Consumer {
+            next_auto_commit: Instant::now() + config.auto_commit_interval,
+            admin: Admin::from_cluster(cluster.clone()),
+            config,
+            cluster,
+            subscription: Subscription::None,
+            topics: BTreeSet::new(),
+            partitions: BTreeMap::new(),
+            group,
+            listener: None,
+            fetch_tx,
+            fetch_rx,
+            idle_conns: HashMap::new(),
+            brokers_in_flight: HashSet::new(),
+            settings,
+            auto_commit: None,
+            last_metadata: Instant::now(),
+            metadata_stale: false,
+            drain_start: 0,
+            pending_error: None,
+            closed: false,
+        }
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
+    }
+
+    /// The cluster view in use.
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    /// Sets the rebalance listener (replacing any previous one).
+    pub fn set_rebalance_listener(&mut self, listener: Box<dyn RebalanceListener>) {
+        self.listener = Some(listener);
+    }
+
+    fn group_required(&self, what: &str) -> Result<()> {
+        if self.group.is_none() {
+            return Err(ClientError::InvalidArgument(format!(
+                "{what} needs a group.id"
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed {
+            return Err(ClientError::InvalidArgument("consumer is closed".into()));
+        }
+        Ok(())
+    }
+
+    /// Subscribes to `topics` with group membership (replaces any previous
+    /// subscription; the group rebalances at the next poll).
+    pub fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
+        self.check_open()?;
+        self.group_required("subscribe")?;
+        if topics.iter().any(|t| t.trim().is_empty()) {
+            return Err(ClientError::InvalidArgument(
+                "topic names in a subscription must not be empty".into(),
+            ));
+        }
+        if matches!(self.subscription, Subscription::Manual) {
+            return Err(ClientError::InvalidArgument(
+                "subscribe and assign cannot be mixed; unsubscribe first".into(),
+            ));
+        }
+        self.topics = topics.iter().map(|t| (*t).to_string()).collect();
+        self.subscription = Subscription::Topics;
+        if let Some(g) = &self.group {
+            g.request_rejoin();
+        }
+        Ok(())
+    }
+
+    /// Subscribes to every topic whose whole name matches `pattern` (a
+    /// regex); new matching topics are picked up at metadata refreshes
+    /// (`metadata.max.age.ms`). Internal topics never match.
+    pub fn subscribe_pattern(&mut self, pattern: &str) -> Result<()> {
+        self.check_open()?;
+        self.group_required("subscribe")?;
+        if matches!(self.subscription, Subscription::Manual) {
+            return Err(ClientError::InvalidArgument(
+                "subscribe and assign cannot be mixed; unsubscribe first".into(),
+            ));
+        }
+        let re = regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
+            ClientError::InvalidArgument(format!("bad subscription pattern {pattern:?}: {e}"))
+        })?;
+        self.subscription = Subscription::Pattern(re);
+        self.topics.clear();
+        // Resolve at the next poll.
+        self.metadata_stale = true;
+        self.last_metadata = Instant::now() - self.config.metadata_max_age;
+        if let Some(g) = &self.group {
+            g.request_rejoin();
+        }
+        Ok(())
+    }
+
+    /// Manually assigns `partitions` (no group membership; commits still
+    /// go to `group.id` when set). Positions of partitions kept across
+    /// calls are kept.
+    pub fn assign(&mut self, partitions: &[TopicPartition]) -> Result<()> {
+        self.check_open()?;
+        if matches!(
+            self.subscription,
+            Subscription::Topics | Subscription::Pattern(_)
+        ) {
+            return Err(ClientError::InvalidArgument(
+                "subscribe and assign cannot be mixed; unsubscribe first".into(),
+            ));
+        }
+        let wanted: BTreeSet<TopicPartition> = partitions.iter().cloned().collect();
+        self.partitions.retain(|tp, _| wanted.contains(tp));
+        for tp in wanted {
+            self.partitions.entry(tp).or_default();
+        }
+        self.topics = self.partitions.keys().map(|tp| tp.topic.clone()).collect();
+        self.subscription = if partitions.is_empty() {
+            Subscription::None
+        } else {
+            Subscription::Manual
+        };
+        Ok(())
+    }
+
+    /// Drops the subscription or manual assignment; a group member commits
+    /// (with auto commit), runs the revocation callback and leaves the group.
+    pub async fn unsubscribe(&mut self) -> Result<()> {
+        if matches!(
+            self.subscription,
+            Subscription::Topics | Subscription::Pattern(_)
+        ) {
+            self.leave_group("the consumer unsubscribed").await;
+        }
+        self.subscription = Subscription::None;
+        self.topics.clear();
+        self.partitions.clear();
+        Ok(())
+    }
+
+    /// The partitions currently assigned.
+    pub fn assignment(&self) -> BTreeSet<TopicPartition> {
+        self.partitions.keys().cloned().collect()
+    }
+
+    /// The subscribed topics (a pattern's current matches).
+    pub fn subscription(&self) -> BTreeSet<String> {
+        match self.subscription {
+            Subscription::Topics | Subscription::Pattern(_) => self.topics.clone(),
+            _ => BTreeSet::new(),
+        }
+    }
+
+    fn state_mut(&mut self, tp: &TopicPartition) -> Result<&mut PartitionState> {
+        self.partitions.get_mut(tp).ok_or_else(|| {
+            ClientError::InvalidArgument(format!("partition {tp} is not assigned to this consumer"))
+        })
+    }
+
+    fn targets(&self, partitions: &[TopicPartition]) -> Vec<TopicPartition> {
+        if partitions.is_empty() {
+            self.partitions.keys().cloned().collect()
+        } else {
+            partitions.to_vec()
+        }
+    }
+
+    /// Makes the next poll return records from `offset` on.
+    pub fn seek(&mut self, tp: &TopicPartition, offset: i64) -> Result<()> {
+        if offset < 0 {
+            return Err(ClientError::InvalidArgument(format!(
+                "seek offset must not be negative, got {offset}"
+            )));
+        }
+        self.state_mut(tp)?.set_position(offset);
+        Ok(())
+    }
+
+    /// Seeks to the log start of `partitions` (all assigned when empty);
+    /// evaluated lazily at the next poll or position call.
+    pub fn seek_to_beginning(&mut self, partitions: &[TopicPartition]) -> Result<()> {
+        for tp in self.targets(partitions) {
+            self.state_mut(&tp)?.request_reset(OffsetReset::Earliest);
+        }
+        Ok(())
+    }
+
+    /// Seeks to the log end of `partitions` (all assigned when empty).
+    pub fn seek_to_end(&mut self, partitions: &[TopicPartition]) -> Result<()> {
+        for tp in self.targets(partitions) {
+            self.state_mut(&tp)?.request_reset(OffsetReset::Latest);
+        }
+        Ok(())
+    }
+
+    /// The offset of the next record `poll` returns for `tp` (initialising
+    /// it from the committed offset or `auto.offset.reset` when unknown).
+    pub async fn position(&mut self, tp: &TopicPartition) -> Result<i64> {
+        self.state_mut(tp)?;
+        self.update_positions().await?;
+        self.state_mut(tp)?
+            .position
+            .ok_or_else(|| ClientError::NoOffsetForPartition {
+                partition: tp.to_string(),
+                reason: "position unknown".into(),
+            })
+    }
+
+    /// Stops returning and fetching records of `partitions` until resumed.
+    pub fn pause(&mut self, partitions: &[TopicPartition]) -> Result<()> {
+        for tp in partitions {
+            self.state_mut(tp)?.paused = true;
+        }
+        Ok(())
+    }
+
+    /// Resumes paused partitions.
+    pub fn resume(&mut self, partitions: &[TopicPartition]) -> Result<()> {
+        for tp in partitions {
+            self.state_mut(tp)?.paused = false;
+        }
+        Ok(())
+    }
+
+    /// The paused partitions.
+    pub fn paused(&self) -> BTreeSet<TopicPartition> {
+        self.partitions
+            .iter()
+            .filter(|(_, s)| s.paused)
+            .map(|(tp, _)| tp.clone())
+            .collect()
+    }
+
+    /// The last committed offsets of `partitions` for this group (`None`
+    /// where nothing is committed).
+    pub async fn committed(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, Option<OffsetAndMetadata>>> {
+        self.group_required("committed")?;
+        let group = self.config.group_id.as_deref().unwrap_or_default();
+        let found = self
+            .admin
+            .list_consumer_group_offsets(group, Some(partitions))
+            .await?;
+        Ok(partitions
+            .iter()
+            .map(|tp| (tp.clone(), found.get(tp).cloned()))
+            .collect())
+    }
+
+    /// The high watermark last seen for `tp` by a fetch (-1 when none yet).
+    pub fn high_watermark(&self, tp: &TopicPartition) -> Option<i64> {
+        self.partitions.get(tp).map(|s| s.high_watermark)
+    }
+
+    fn positions(&self) -> BTreeMap<TopicPartition, OffsetAndMetadata> {
+        self.partitions
+            .iter()
+            .filter_map(|(tp, s)| {
+                s.position.map(|offset| {
+                    (
+                        tp.clone(),
+                        OffsetAndMetadata {
+                            offset,
+                            metadata: None,
+                            leader_epoch: s.leader_epoch,
+                        },
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn link(&self) -> Result<Arc<Link>> {
+        self.group
+            .as_ref()
+            .map(|g| g.link().clone())
+            .ok_or_else(|| ClientError::InvalidArgument("commit needs a group.id".into()))
+    }
+
+    /// Commits the current positions of all assigned partitions and waits.
+    pub async fn commit_sync(&mut self) -> Result<()> {
+        let offsets = self.positions();
+        self.commit_offsets(&offsets).await
+    }
+
+    /// Commits the given offsets (the offset of the next record to read)
+    /// and waits.
+    pub async fn commit_offsets(
+        &mut self,
+        offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
+    ) -> Result<()> {
+        self.link()?.commit(offsets).await
+    }
+
+    /// Starts committing the current positions; the returned future gives
+    /// the result. Commits are sent in call order.
+    pub fn commit_async(&mut self) -> Result<CommitFuture> {
+        let link = self.link()?;
+        let offsets = self.positions();
+        Ok(CommitFuture {
+            task: Some(tokio::spawn(async move { link.commit(&offsets).await })),
+        })
+    }
+
+    /// Earliest offsets of `partitions`.
+    pub async fn beginning_offsets(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
+        self.list_offsets(partitions, OffsetSpec::Earliest).await
+    }
+
+    /// End offsets of `partitions` (the last stable offset under
+    /// `read_committed`).
+    pub async fn end_offsets(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
+        self.list_offsets(partitions, OffsetSpec::Latest).await
+    }
+
+    async fn list_offsets(
+        &self,
+        partitions: &[TopicPartition],
+        spec: OffsetSpec,
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
+        let req: Vec<(TopicPartition, OffsetSpec)> =
+            partitions.iter().map(|tp| (tp.clone(), spec)).collect();
+        let found = self
+            .admin
+            .list_offsets_with_isolation(&req, self.config.isolation_level)
+            .await?;
+        Ok(found.into_iter().map(|(tp, i)| (tp, i.offset)).collect())
+    }
+
+    /// Returns the next records (at most `max.poll.records`), waiting up to
+    /// `timeout` for some to arrive. Runs group rebalances and the
+    /// rebalance listener, and auto commits, as needed.
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        self.check_open()?;
+        if matches!(self.subscription, Subscription::None) {
+            return Err(ClientError::InvalidArgument(
+                "poll needs a subscription or an assignment".into(),
+            ));
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.pending_error.take() {
+                return Err(e);
+            }
+            if let Some(g) = &self.group {
+                g.polled();
+            }
+            self.maybe_refresh_metadata().await?;
+            if !self.ensure_group(deadline).await? {
+                return Ok(Vec::new());
+            }
+            self.maybe_auto_commit();
+            self.update_positions().await?;
+            while let Ok(outcome) = self.fetch_rx.try_recv() {
+                self.handle_fetch(outcome);
+            }
+            let records = self.drain();
+            self.send_fetches().await;
+            if !records.is_empty() {
+                return Ok(records);
+            }
+            if let Some(e) = self.pending_error.take() {
+                return Err(e);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Vec::new());
+            }
+            let mut wake_at = deadline;
+            if self.config.auto_commit() {
+                wake_at = wake_at.min(self.next_auto_commit);
+            }
+            if let Some(retry) = self.partitions.values().filter_map(|s| s.retry_after).min() {
+                wake_at = wake_at.min(retry.max(now + Duration::from_millis(1)));
+            }
+            let link = self.group.as_ref().map(|g| g.link().clone());
+            let rejoin = async {
+                match &link {
+                    Some(l) => l.wake.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                outcome = self.fetch_rx.recv() => {
+                    if let Some(outcome) = outcome {
+                        self.handle_fetch(outcome);
+                    }
+                }
+                () = rejoin => {}
+                () = tokio::time::sleep_until(wake_at.into()) => {}
+            }
+        }
+    }
+
+    /// Refreshes metadata when stale or every `metadata.max.age.ms`; for a
+    /// pattern, re-resolves the matched topics; for a group leader, notices
+    /// partition-count changes. Either asks for a rejoin.
+    async fn maybe_refresh_metadata(&mut self) -> Result<()> {
+        let due = self.last_metadata.elapsed() >= self.config.metadata_max_age;
+        if !due && !self.metadata_stale {
+            return Ok(());
+        }
+        self.last_metadata = Instant::now();
+        self.metadata_stale = false;
+        if let Subscription::Pattern(re) = &self.subscription {
+            let (md, _) = self.cluster.refresh(None).await?;
+            let matched: BTreeSet<String> = md
+                .topics
+                .values()
+                .filter(|t| !t.is_internal && re.is_match(&t.name))
+                .map(|t| t.name.clone())
+                .collect();
+            if matched != self.topics {
+                self.topics = matched;
+                if let Some(g) = &self.group {
+                    g.request_rejoin();
+                }
+            }
+        } else if !self.topics.is_empty() {
+            let topics: Vec<String> = self.topics.iter().cloned().collect();
+            // Best effort: errors show up again on the next fetch.
+            let _ = self.cluster.refresh(Some(&topics)).await;
+        }
+        if let Some(g) = &self.group {
+            if let Some(snapshot) = &g.leader_snapshot {
+                let topics: Vec<String> = snapshot.keys().cloned().collect();
+                let mut all: BTreeSet<String> = topics.into_iter().collect();
+                all.extend(self.topics.iter().cloned());
+                let all: Vec<String> = all.into_iter().collect();
+                if let Ok(counts) = g.partition_counts(&all).await {
+                    let known: BTreeMap<String, i32> = counts
+                        .into_iter()
+                        .filter(|(t, _)| snapshot.contains_key(t) || self.topics.contains(t))
+                        .collect();
+                    if &known != snapshot {
+                        g.request_rejoin();
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn notify_listener(&mut self, what: ListenerCall, partitions: &[TopicPartition]) {
+        if let Some(l) = self.listener.as_mut() {
+            match what {
+                ListenerCall::Revoked => l.on_partitions_revoked(partitions),
+                ListenerCall::Assigned => l.on_partitions_assigned(partitions),
+                ListenerCall::Lost => l.on_partitions_lost(partitions),
+            }
+        }
+    }
+
+    /// Joins the group when needed; `false` when the deadline passed first.
+    async fn ensure_group(&mut self, deadline: Instant) -> Result<bool> {
+        if !matches!(
+            self.subscription,
+            Subscription::Topics | Subscription::Pattern(_)
+        ) {
+            return Ok(true);
+        }
+        let Some(group) = &self.group else {
+            return Ok(true);
+        };
+        if group.take_lost() && !self.partitions.is_empty() {
+            let lost: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
+            self.partitions.clear();
+            self.notify_listener(ListenerCall::Lost, &lost);
+        }
+        if !self.group.as_ref().is_some_and(GroupMember::needs_join) {
+            return Ok(true);
+        }
+        // onJoinPrepare: commit, then revoke (everything when eager; only
+        // unsubscribed topics when cooperative).
+        if self.config.auto_commit() && !self.partitions.is_empty() {
+            let offsets = self.positions();
+            if let Err(e) = self.link()?.commit(&offsets).await {
+                tracing::warn!(error = %e, "auto commit before rebalance failed");
+            }
+        }
+        let cooperative = self.config.rebalance_protocol() == RebalanceProtocol::Cooperative;
+        let revoked: Vec<TopicPartition> = self
+            .partitions
+            .keys()
+            .filter(|tp| !cooperative || !self.topics.contains(&tp.topic))
+            .cloned()
+            .collect();
+        if !revoked.is_empty() {
+            for tp in &revoked {
+                self.partitions.remove(tp);
+            }
+            self.notify_listener(ListenerCall::Revoked, &revoked);
+        }
+        let topics: Vec<String> = self.topics.iter().cloned().collect();
+        let owned: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
+        let Some(group) = self.group.as_mut() else {
+            return Ok(true);
+        };
+        let Some(joined) = group.join(&topics, &owned, deadline).await? else {
+            return Ok(false);
+        };
+        let new: BTreeSet<TopicPartition> = joined.assignment.into_iter().collect();
+        let old: BTreeSet<TopicPartition> = self.partitions.keys().cloned().collect();
+        let revoked: Vec<TopicPartition> = old.difference(&new).cloned().collect();
+        let added: Vec<TopicPartition> = new.difference(&old).cloned().collect();
+        if !revoked.is_empty() {
+            for tp in &revoked {
+                self.partitions.remove(tp);
+            }
+            self.notify_listener(ListenerCall::Revoked, &revoked);
+            // Cooperative: the revoked partitions go to others in a
+            // follow-up rebalance.
+            if let Some(g) = &self.group {
+                g.request_rejoin();
+            }
+        }
+        for tp in &added {
+            self.partitions.entry(tp.clone()).or_default();
+        }
+        self.notify_listener(ListenerCall::Assigned, &added);
+        Ok(true)
+    }
+
+    fn maybe_auto_commit(&mut self) {
+        if !self.config.auto_commit() || Instant::now() < self.next_auto_commit {
+            return;
+        }
+        self.next_auto_commit = Instant::now() + self.config.auto_commit_interval;
+        if self.auto_commit.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let offsets = self.positions();
+        if offsets.is_empty() {
+            return;
+        }
+        if let Ok(link) = self.link() {
+            self.auto_commit = Some(tokio::spawn(async move {
+                let r = link.commit(&offsets).await;
+                if let Err(e) = &r {
+                    tracing::warn!(error = %e, "auto commit failed");
+                }
+                r
+            }));
+        }
+    }
+
+    /// Initialises unknown positions: the committed offset (with a group),
+    /// else the reset policy through ListOffsets.
+    async fn update_positions(&mut self) -> Result<()> {
+        let unknown: Vec<TopicPartition> = self
+            .partitions
+            .iter()
+            .filter(|(_, s)| s.position.is_none() && s.reset.is_none())
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if !unknown.is_empty() {
+            let committed = match &self.config.group_id {
+                Some(group) => {
+                    self.admin
+                        .list_consumer_group_offsets(group, Some(&unknown))
+                        .await?
+                }
+                None => BTreeMap::new(),
+            };
+            for tp in unknown {
+                let reset = self.config.auto_offset_reset;
+                if let Some(s) = self.partitions.get_mut(&tp) {
+                    match committed.get(&tp) {
+                        Some(om) if om.offset >= 0 => {
+                            s.set_position(om.offset);
+                            s.leader_epoch = om.leader_epoch;
+                        }
+                        _ if reset == OffsetReset::None => {
+                            return Err(ClientError::NoOffsetForPartition {
+                                partition: tp.to_string(),
+                                reason: "no committed offset".into(),
+                            })
+                        }
+                        _ => s.reset = Some(reset),
+                    }
+                }
+            }
+        }
+        let mut by_spec: Vec<(TopicPartition, OffsetSpec)> = Vec::new();
+        for (tp, s) in &self.partitions {
+            match s.reset {
+                Some(OffsetReset::Earliest) => by_spec.push((tp.clone(), OffsetSpec::Earliest)),
+                Some(OffsetReset::Latest) => by_spec.push((tp.clone(), OffsetSpec::Latest)),
+                Some(OffsetReset::None) => {
+                    return Err(ClientError::NoOffsetForPartition {
+                        partition: tp.to_string(),
+                        reason: "the position is out of range".into(),
+                    })
+                }
+                None => {}
+            }
+        }
+        if by_spec.is_empty() {
+            return Ok(());
+        }
+        let found = self
+            .admin
+            .list_offsets_with_isolation(&by_spec, self.config.isolation_level)
+            .await?;
+        for (tp, info) in found {
+            if let Some(s) = self.partitions.get_mut(&tp) {
+                if s.reset.is_some() {
+                    s.set_position(info.offset);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one fetch result to the partitions it still concerns.
+    fn handle_fetch(&mut self, outcome: FetchOutcome) {
+        self.brokers_in_flight.remove(&outcome.broker);
+        if let Some(conn) = outcome.conn {
+            self.idle_conns.insert(outcome.broker, conn);
+        }
+        for (tp, _) in &outcome.partitions {
+            if let Some(s) = self.partitions.get_mut(tp) {
+                s.in_flight = false;
+            }
+        }
+        let backoff = Instant::now() + self.config.client.retry_backoff;
+        let results = match outcome.result {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(error = %e, broker = outcome.broker, "fetch failed");
+                self.metadata_stale = true;
+                for (tp, _) in &outcome.partitions {
+                    if let Some(s) = self.partitions.get_mut(tp) {
+                        s.retry_after = Some(backoff);
+                    }
+                }
+                return;
+            }
+        };
+        let reset = self.config.auto_offset_reset;
+        for pf in results {
+            let Some(s) = self.partitions.get_mut(&pf.tp) else {
+                continue;
+            };
+            // A seek since the fetch was sent makes its data stale.
+            if s.position.is_none() || s.fetch_position != pf.fetch_offset {
+                continue;
+            }
+            match pf.result {
+                Ok(data) => {
+                    s.high_watermark = data.high_watermark;
+                    s.retry_after = None;
+                    s.fetch_position = data.next_offset.max(s.fetch_position);
+                    s.buffered_records += data.records.len();
+                    s.buffered.push_back(data);
+                }
+                Err(e) if e.code() == Some(1) => {
+                    if reset == OffsetReset::None {
+                        self.pending_error = Some(ClientError::NoOffsetForPartition {
+                            partition: pf.tp.to_string(),
+                            reason: format!("offset {} is out of range", pf.fetch_offset),
+                        });
+                        s.retry_after = Some(backoff);
+                    } else {
+                        tracing::info!(partition = %pf.tp, offset = pf.fetch_offset, %reset, "offset out of range; resetting");
+                        s.request_reset(reset);
+                    }
+                }
+                Err(e) if e.invalidates_metadata() || e.is_retriable() => {
+                    self.metadata_stale = true;
+                    s.retry_after = Some(backoff);
+                }
+                Err(e) => {
+                    s.retry_after = Some(backoff);
+                    self.pending_error = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Takes up to `max.poll.records` buffered records, rotating the
+    /// starting partition for fairness.
+    fn drain(&mut self) -> Vec<ConsumerRecord> {
+        let max = self.config.max_poll_records;
+        let mut out = Vec::new();
+        let keys: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
+        if keys.is_empty() {
+            return out;
+        }
+        let start = self.drain_start % keys.len();
+        self.drain_start = self.drain_start.wrapping_add(1);
+        for i in 0..keys.len() {
+            if out.len() >= max {
+                break;
+            }
+            let Some(s) = self.partitions.get_mut(&keys[(start + i) % keys.len()]) else {
+                continue;
+            };
+            if s.paused || s.position.is_none() {
+                continue;
+            }
+            while out.len() < max {
+                let Some(front) = s.buffered.front_mut() else {
+                    break;
+                };
+                while out.len() < max {
+                    let Some(r) = front.records.pop_front() else {
+                        break;
+                    };
+                    s.buffered_records -= 1;
+                    s.position = Some(r.offset + 1);
+                    s.leader_epoch = (r.leader_epoch >= 0).then_some(r.leader_epoch);
+                    out.push(r);
+                }
+                if front.records.is_empty() {
+                    let next = front.next_offset;
+                    s.position = Some(s.position.map_or(next, |p| p.max(next)));
+                    s.buffered.pop_front();
+                }
+            }
+        }
+        out
+    }
+
+    /// Sends a fetch to every leader with fetchable partitions and no fetch
+    /// in flight.
+    async fn send_fetches(&mut self) {
+        let now = Instant::now();
+        let threshold = self.config.max_poll_records;
+        let fetchable: Vec<(TopicPartition, i64)> = self
+            .partitions
+            .iter()
+            .filter(|(_, s)| {
+                s.position.is_some()
+                    && !s.paused
+                    && !s.in_flight
+                    && s.buffered_records < threshold
+                    && s.retry_after.is_none_or(|t| t <= now)
+            })
+            .map(|(tp, s)| (tp.clone(), s.fetch_position))
+            .collect();
+        if fetchable.is_empty() {
+            return;
+        }
+        let md = self.cluster.metadata().await;
+        let mut plans: BTreeMap<i32, FetchPlan> = BTreeMap::new();
+        for (tp, offset) in fetchable {
+            let Some(leader) = md.leader(&tp.topic, tp.partition) else {
+                self.metadata_stale = true;
+                continue;
+            };
+            if self.brokers_in_flight.contains(&leader.id) {
+                continue;
+            }
+            plans
+                .entry(leader.id)
+                .or_insert_with(|| FetchPlan {
+                    broker: leader.id,
+                    addr: leader.addr(),
+                    partitions: Vec::new(),
+                })
+                .partitions
+                .push((tp, offset));
+        }
+        for (broker, plan) in plans {
+            for (tp, _) in &plan.partitions {
+                if let Some(s) = self.partitions.get_mut(tp) {
+                    s.in_flight = true;
+                }
+            }
+            self.brokers_in_flight.insert(broker);
+            let conn = self.idle_conns.remove(&broker);
+            let tx = self.fetch_tx.clone();
+            let settings = self.settings.clone();
+            tokio::spawn(async move {
+                let outcome = fetcher::run_fetch(plan, conn, settings).await;
+                let _ = tx.send(outcome);
+            });
+        }
+    }
+
+    async fn leave_group(&mut self, reason: &str) {
+        if self.group.is_none() {
+            return;
+        }
+        if self.config.auto_commit() && !self.partitions.is_empty() {
+            let offsets = self.positions();
+            if let Ok(link) = self.link() {
+                if let Err(e) = link.commit(&offsets).await {
+                    tracing::warn!(error = %e, "final auto commit failed");
+                }
+            }
+        }
+        let owned: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
+        if !owned.is_empty() {
+            self.notify_listener(ListenerCall::Revoked, &owned);
+        }
+        if let Some(g) = self.group.as_mut() {
+            g.leave(reason).await;
+        }
+    }
+
+    /// Commits (with auto commit), revokes, leaves the group and stops.
+    pub async fn close(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        if let Some(t) = self.auto_commit.take() {
+            let _ = t.await;
+        }
+        if matches!(
+            self.subscription,
+            Subscription::Topics | Subscription::Pattern(_)
+        ) {
+            self.leave_group("the consumer is being closed").await;
+        } else if self.config.auto_commit() && !self.partitions.is_empty() {
+            let offsets = self.positions();
+            self.link()?.commit(&offsets).await?;
+        }
+        self.closed = true;
+        self.partitions.clear();
+        self.idle_conns.clear();
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ListenerCall {
+    Revoked,
+    Assigned,
+    Lost,
+}

@@ -1,0 +1,567 @@
+//! The producer's sender: the loop that drains ready batches into Produce
+//! requests (at most `max_in_flight` outstanding per broker, at most
+//! [`max_in_flight_per_partition`] batches per partition), one writer task
+//! per broker that writes those requests in order on the broker's pipelined
+//! connection, per-request tasks that await the responses, completion with
+//! retries, delivery-timeout expiry, and the background metadata refresh.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use proto_kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use proto_kafka::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
+use proto_kafka::protocol::StrBytes;
+use tokio::sync::mpsc;
+
+use super::{partition_info, Inner, ProducerConfig, RecordMetadata, State};
+use crate::accumulator::{BatchId, ReadyBatch, TopicPartition};
+use crate::cluster::Metadata;
+use crate::connection::PendingResponse;
+use crate::error::{ClientError, Result};
+
+/// Highest Produce version this producer speaks (v13 replaces topic names
+/// with topic ids).
+const PRODUCE_MAX: i16 = 12;
+
+/// Batches one partition may have in flight at once.
+///
+/// Without idempotence this is 1, whatever `max_in_flight` says: a retried
+/// batch could otherwise land after a later batch of its partition. The
+/// idempotent producer (broker-side sequence checks) may return
+/// `config.max_in_flight.min(5)` here, as Kafka does; the rest of the sender
+/// (per-partition counts, muting at the limit, in-order writes per broker)
+/// already handles more than one.
+pub(super) fn max_in_flight_per_partition(_config: &ProducerConfig) -> usize {
+    1
+}
+
+/// One Produce request's batches (one per partition) for a broker.
+type Outgoing = Vec<ReadyBatch>;
+
+/// The sender loop: expire old batches, drain ready ones into requests per
+/// leader, hand them to the broker writer tasks, sleep until something is
+/// due.
+pub(super) async fn run_sender(inner: Arc<Inner>) {
+    let mut writers: HashMap<i32, mpsc::UnboundedSender<Outgoing>> = HashMap::new();
+    loop {
+        let notified = inner.wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let (ready, expired) = {
+            let mut st = inner.lock();
+            if st.closed {
+                // Deliver what is left without lingering.
+                st.acc.begin_flush();
+                if !st.acc.has_undrained() && st.in_flight == 0 {
+                    break;
+                }
+            }
+            let now = inner.now_ms();
+            let expired = expire_undrained(&inner, &mut st, now);
+            (st.acc.ready(now), expired)
+        };
+        if expired {
+            inner.progress.notify_waiters();
+        }
+        // Partitions ready but not sendable now (no leader, broker at its
+        // in-flight limit): left out of the wake-up time.
+        let mut blocked: HashSet<TopicPartition> = HashSet::new();
+        let mut leaderless = false;
+        let mut requests = Vec::new();
+        if !ready.is_empty() {
+            let md = inner.cluster.metadata().await;
+            let mut st = inner.lock();
+            let now = inner.now_ms();
+            match plan(&inner, &mut st, &md, ready, now, &mut blocked) {
+                Ok((r, l)) => {
+                    requests = r;
+                    leaderless = l;
+                }
+                Err(e) => {
+                    tracing::error!(%e, "encoding batches failed");
+                    for id in st.acc.abort_undrained() {
+                        fail_batch_records(&mut st, id, &e);
+                    }
+                    drop(st);
+                    inner.progress.notify_waiters();
+                    continue;
+                }
+            }
+        }
+        if !requests.is_empty() {
+            for (leader, batches) in requests {
+                dispatch(&inner, &mut writers, leader, batches);
+            }
+            continue;
+        }
+        let next = {
+            let st = inner.lock();
+            let ready = st.acc.next_ready_ms_where(|tp| !blocked.contains(tp));
+            let expiry = st.acc.next_expiry_ms(inner.config.delivery_timeout_ms);
+            let retry = leaderless
+                .then(|| inner.now_ms() + inner.config.client.retry_backoff.as_millis() as u64);
+            [ready, expiry, retry].into_iter().flatten().min()
+        };
+        match next {
+            Some(at) => {
+                let wait = at.saturating_sub(inner.now_ms());
+                let _ = tokio::time::timeout(Duration::from_millis(wait.max(1)), notified).await;
+            }
+            None => notified.await,
+        }
+    }
+}
+
+/// Drains the ready partitions into requests: per leader, while the broker
+/// has fewer than `max_in_flight` requests outstanding, one request with
+/// at most one batch of each partition that is below its in-flight limit.
+/// Returns the requests and whether some partition had no leader.
+fn plan(
+    inner: &Arc<Inner>,
+    st: &mut State,
+    md: &Metadata,
+    ready: Vec<TopicPartition>,
+    now: u64,
+    blocked: &mut HashSet<TopicPartition>,
+) -> Result<(Vec<(i32, Outgoing)>, bool)> {
+    let per_partition = max_in_flight_per_partition(&inner.config);
+    let max_requests = inner.config.max_in_flight.max(1);
+    let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
+    let mut leaderless = false;
+    for tp in ready {
+        match md.leader(&tp.topic, tp.partition) {
+            Some(b) => by_leader.entry(b.id).or_default().push(tp),
+            None => {
+                // Stays in the accumulator until a leader is known or
+                // delivery.timeout.ms expires it.
+                leaderless = true;
+                request_refresh(inner, st, &tp.topic);
+                blocked.insert(tp);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (leader, tps) in by_leader {
+        loop {
+            let outstanding = st.broker_requests.get(&leader).copied().unwrap_or(0);
+            if outstanding >= max_requests {
+                blocked.extend(tps.iter().cloned());
+                break;
+            }
+            let mut batches = Vec::new();
+            for tp in &tps {
+                if st.partition_in_flight.get(tp).copied().unwrap_or(0) >= per_partition {
+                    continue;
+                }
+                let Some(b) = st.acc.drain_partition_max(tp, now, 1)?.pop() else {
+                    continue;
+                };
+                let n = st.partition_in_flight.entry(tp.clone()).or_insert(0);
+                *n += 1;
+                if *n >= per_partition {
+                    st.acc.mute(tp);
+                }
+                batches.push(b);
+            }
+            if batches.is_empty() {
+                break;
+            }
+            *st.broker_requests.entry(leader).or_insert(0) += 1;
+            st.in_flight += batches.len();
+            out.push((leader, batches));
+        }
+    }
+    Ok((out, leaderless))
+}
+
+/// Hands a request to broker `leader`'s writer task (started on first use,
+/// restarted if it ended).
+fn dispatch(
+    inner: &Arc<Inner>,
+    writers: &mut HashMap<i32, mpsc::UnboundedSender<Outgoing>>,
+    leader: i32,
+    batches: Outgoing,
+) {
+    let spawn = || {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(broker_writer(inner.clone(), leader, rx));
+        tx
+    };
+    let tx = writers.entry(leader).or_insert_with(spawn);
+    if let Err(mpsc::error::SendError(batches)) = tx.send(batches) {
+        let tx = spawn();
+        let _ = tx.send(batches);
+        writers.insert(leader, tx);
+    }
+}
+
+/// Writes broker `leader`'s requests in order (without waiting for the
+/// responses) and spawns a task per request that awaits its response. Ends
+/// when the sender loop drops its channel.
+async fn broker_writer(inner: Arc<Inner>, leader: i32, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+    while let Some(batches) = rx.recv().await {
+        let req = produce_request(&inner.config, &batches);
+        // Connecting and writing must not outlive the batches' deadline.
+        let deadline = earliest_deadline(&inner, &batches);
+        let written = tokio::time::timeout_at(deadline.into(), write(&inner, leader, &req)).await;
+        match written {
+            Err(_) => {
+                let e = ClientError::Timeout {
+                    api: "Produce (connect and write)".into(),
+                    addr: format!("broker {leader}"),
+                    timeout: Duration::from_millis(inner.config.delivery_timeout_ms),
+                };
+                complete_request(&inner, leader, batches, |_| Err(e.clone()));
+            }
+            Ok(Err(e)) => complete_request(&inner, leader, batches, |_| Err(e.clone())),
+            Ok(Ok(None)) => complete_request(&inner, leader, batches, |_| Ok((-1, -1))),
+            Ok(Ok(Some(pending))) => {
+                tokio::spawn(await_response(inner.clone(), leader, batches, pending));
+            }
+        }
+    }
+}
+
+/// When the first of `batches` reaches `delivery.timeout.ms`.
+fn earliest_deadline(inner: &Inner, batches: &[ReadyBatch]) -> std::time::Instant {
+    let created = batches.iter().map(|b| b.created_ms).min().unwrap_or(0);
+    inner.instant_at(created.saturating_add(inner.config.delivery_timeout_ms))
+}
+
+/// Writes one Produce request to broker `leader`; `None` with `acks=0`
+/// (no response comes).
+async fn write(
+    inner: &Inner,
+    leader: i32,
+    req: &ProduceRequest,
+) -> Result<Option<PendingResponse<ProduceResponse>>> {
+    let conn = inner.cluster.connection(leader).await?;
+    // The lock is only held for the write: responses are awaited outside.
+    let mut conn = conn.lock().await;
+    let version = conn.version_for(ApiKey::Produce, PRODUCE_MAX)?;
+    if inner.config.acks == 0 {
+        conn.send_oneway(req, version).await?;
+        Ok(None)
+    } else {
+        let timeout = inner.config.request_timeout;
+        Ok(Some(
+            conn.send_request_timeout(req, version, timeout).await?,
+        ))
+    }
+}
+
+fn produce_request(cfg: &ProducerConfig, batches: &[ReadyBatch]) -> ProduceRequest {
+    let mut req = ProduceRequest::default();
+    req.acks = cfg.acks;
+    req.timeout_ms = i32::try_from(cfg.request_timeout.as_millis()).unwrap_or(i32::MAX);
+    let mut topics: BTreeMap<String, Vec<PartitionProduceData>> = BTreeMap::new();
+    for b in batches {
+        let mut p = PartitionProduceData::default();
+        p.index = b.tp.partition;
+        p.records = Some(Bytes::from(b.bytes.clone()));
+        topics.entry(b.tp.topic.clone()).or_default().push(p);
+    }
+    req.topic_data = topics
+        .into_iter()
+        .map(|(name, partitions)| {
+            let mut t = TopicProduceData::default();
+            t.name = TopicName(StrBytes::from_string(name));
+            t.partition_data = partitions;
+            t
+        })
+        .collect();
+    req
+}
+
+/// Awaits a Produce response, failing the records of batches whose
+/// delivery timeout passes meanwhile (they stay in flight, their partition
+/// muted, until the response or the request timeout), then completes the
+/// request's batches.
+async fn await_response(
+    inner: Arc<Inner>,
+    leader: i32,
+    batches: Vec<ReadyBatch>,
+    pending: PendingResponse<ProduceResponse>,
+) {
+    let response = pending.wait();
+    tokio::pin!(response);
+    let mut expired: HashSet<BatchId> = HashSet::new();
+    let result = loop {
+        let next = batches
+            .iter()
+            .filter(|b| !expired.contains(&b.id))
+            .min_by_key(|b| b.created_ms);
+        let Some(next) = next else {
+            break response.await;
+        };
+        let deadline = earliest_deadline(&inner, std::slice::from_ref(next));
+        tokio::select! {
+            biased;
+            r = &mut response => break r,
+            () = tokio::time::sleep_until(deadline.into()) => {
+                let now = inner.now_ms();
+                let mut st = inner.lock();
+                for b in &batches {
+                    if !expired.contains(&b.id) && is_expired(&inner.config, b.created_ms, now) {
+                        expired.insert(b.id);
+                        let e = delivery_timeout(
+                            &inner.config,
+                            &b.tp,
+                            b.record_count,
+                            now.saturating_sub(b.created_ms),
+                            &format!("broker {leader}"),
+                        );
+                        fail_batch_records(&mut st, b.id, &e);
+                    }
+                }
+            }
+        }
+    };
+    match result {
+        Err(e) => complete_request(&inner, leader, batches, |_| Err(e.clone())),
+        Ok(resp) => {
+            let mut outcomes: HashMap<TopicPartition, (i16, i64, i64, Option<String>)> =
+                HashMap::new();
+            for t in &resp.responses {
+                for p in &t.partition_responses {
+                    outcomes.insert(
+                        TopicPartition::new(t.name.0.as_str(), p.index),
+                        (
+                            p.error_code,
+                            p.base_offset,
+                            p.log_append_time_ms,
+                            p.error_message.as_ref().map(|m| m.as_str().to_string()),
+                        ),
+                    );
+                }
+            }
+            complete_request(&inner, leader, batches, |b| match outcomes.remove(&b.tp) {
+                None => Err(ClientError::Protocol(format!(
+                    "no produce response for {}-{}",
+                    b.tp.topic, b.tp.partition
+                ))),
+                Some((code, base, append_time, msg)) => match ClientError::from_code(
+                    code,
+                    msg,
+                    format!("produce to {}-{}", b.tp.topic, b.tp.partition),
+                ) {
+                    Some(e) => Err(e),
+                    None => Ok((base, append_time)),
+                },
+            });
+        }
+    }
+}
+
+/// Completes one request: releases its slot on broker `leader` and
+/// completes each batch with `outcome(batch)`.
+fn complete_request(
+    inner: &Arc<Inner>,
+    leader: i32,
+    batches: Vec<ReadyBatch>,
+    mut outcome: impl FnMut(&ReadyBatch) -> Result<(i64, i64)>,
+) {
+    {
+        let mut st = inner.lock();
+        if let Some(n) = st.broker_requests.get_mut(&leader) {
+            *n = n.saturating_sub(1);
+        }
+        for b in batches {
+            let r = outcome(&b);
+            complete(inner, &mut st, leader, b, r);
+        }
+    }
+    inner.progress.notify_waiters();
+    inner.wake.notify_one();
+}
+
+/// Whether a batch created at `created_ms` reached `delivery.timeout.ms`.
+fn is_expired(cfg: &ProducerConfig, created_ms: u64, now_ms: u64) -> bool {
+    now_ms.saturating_sub(created_ms) >= cfg.delivery_timeout_ms
+}
+
+/// Kafka's `TimeoutException: Expiring N record(s) for T-P: X ms has
+/// passed since batch creation`, as a [`ClientError::Timeout`].
+fn delivery_timeout(
+    cfg: &ProducerConfig,
+    tp: &TopicPartition,
+    records: u32,
+    elapsed_ms: u64,
+    addr: &str,
+) -> ClientError {
+    ClientError::Timeout {
+        api: format!(
+            "Produce (expiring {records} record(s) for {}-{}: {elapsed_ms} ms has passed since \
+             batch creation, delivery.timeout.ms)",
+            tp.topic, tp.partition
+        ),
+        addr: addr.to_string(),
+        timeout: Duration::from_millis(cfg.delivery_timeout_ms),
+    }
+}
+
+/// Fails the records of undrained batches older than `delivery.timeout.ms`;
+/// returns whether any expired (memory was freed).
+fn expire_undrained(inner: &Inner, st: &mut State, now: u64) -> bool {
+    let expired = st.acc.expire(now, inner.config.delivery_timeout_ms);
+    for b in &expired {
+        let e = delivery_timeout(
+            &inner.config,
+            &b.tp,
+            b.record_count,
+            now.saturating_sub(b.created_ms),
+            if b.retried {
+                "(awaiting retry)"
+            } else {
+                "(never sent)"
+            },
+        );
+        tracing::debug!(%e, "expiring batch");
+        fail_batch_records(st, b.id, &e);
+        st.failures.remove(&b.id);
+    }
+    !expired.is_empty()
+}
+
+fn fail_batch_records(st: &mut State, id: BatchId, e: &ClientError) {
+    for p in st.pending.remove(&id).unwrap_or_default() {
+        let _ = p.tx.send(Err(e.clone()));
+    }
+}
+
+/// Completes a drained batch: resolves its records, or re-enqueues it
+/// (first in its partition's line, after a backoff) when the error is
+/// retriable and retries and time remain.
+fn complete(
+    inner: &Arc<Inner>,
+    st: &mut State,
+    leader: i32,
+    batch: ReadyBatch,
+    outcome: Result<(i64, i64)>,
+) {
+    let cfg = &inner.config;
+    if !st.pending.contains_key(&batch.id) {
+        // Expired while in flight: its records failed already.
+        finish(st, &batch);
+        return;
+    }
+    match outcome {
+        Ok((base, append_time)) => {
+            for p in st.pending.remove(&batch.id).unwrap_or_default() {
+                let offset = if base < 0 {
+                    -1
+                } else {
+                    base + i64::from(p.index)
+                };
+                let timestamp = if append_time >= 0 {
+                    append_time
+                } else {
+                    p.timestamp
+                };
+                let _ = p.tx.send(Ok(RecordMetadata {
+                    topic: batch.tp.topic.clone(),
+                    partition: batch.tp.partition,
+                    offset,
+                    timestamp,
+                }));
+            }
+            finish(st, &batch);
+        }
+        Err(e) => {
+            let now = inner.now_ms();
+            if e.invalidates_metadata() {
+                request_refresh(inner, st, &batch.tp.topic);
+            }
+            let failures = {
+                let n = st.failures.entry(batch.id).or_insert(0);
+                *n += 1;
+                *n
+            };
+            if is_expired(cfg, batch.created_ms, now) && e.is_retriable() {
+                tracing::debug!(%e, "batch failed after its delivery timeout");
+                let e = delivery_timeout(
+                    cfg,
+                    &batch.tp,
+                    batch.record_count,
+                    now.saturating_sub(batch.created_ms),
+                    &format!("broker {leader}"),
+                );
+                fail_batch_records(st, batch.id, &e);
+                finish(st, &batch);
+            } else if e.is_retriable() && failures <= cfg.retries {
+                tracing::debug!(%e, failures, "retrying produce batch");
+                let backoff = cfg
+                    .client
+                    .retry_backoff
+                    .saturating_mul(1 << (failures - 1).min(10))
+                    .min(cfg.client.retry_backoff_max);
+                release_partition(st, &batch.tp);
+                st.in_flight -= 1;
+                st.acc
+                    .reenqueue_with_backoff(batch, now + backoff.as_millis() as u64);
+            } else {
+                fail_batch_records(st, batch.id, &e);
+                finish(st, &batch);
+            }
+        }
+    }
+}
+
+/// One fewer batch of `tp` in flight: unmutes it.
+fn release_partition(st: &mut State, tp: &TopicPartition) {
+    if let Some(n) = st.partition_in_flight.get_mut(tp) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            st.partition_in_flight.remove(tp);
+        }
+    }
+    st.acc.unmute(tp);
+}
+
+/// Releases a finished batch's memory and its partition's in-flight slot.
+fn finish(st: &mut State, batch: &ReadyBatch) {
+    st.failures.remove(&batch.id);
+    st.acc.deallocate(batch);
+    release_partition(st, &batch.tp);
+    st.in_flight -= 1;
+}
+
+/// Queues `topic` for the background metadata refresh (started if idle).
+fn request_refresh(inner: &Arc<Inner>, st: &mut State, topic: &str) {
+    st.refresh_topics.insert(topic.to_string());
+    if !st.refreshing {
+        st.refreshing = true;
+        tokio::spawn(refresh_metadata(inner.clone()));
+    }
+}
+
+/// Reloads the queued topics' metadata (the cluster retries with backoff)
+/// and the producer's partition cache, then wakes the sender; ends when
+/// nothing is queued.
+async fn refresh_metadata(inner: Arc<Inner>) {
+    loop {
+        let topics: Vec<String> = {
+            let mut st = inner.lock();
+            if st.refresh_topics.is_empty() {
+                st.refreshing = false;
+                return;
+            }
+            std::mem::take(&mut st.refresh_topics).into_iter().collect()
+        };
+        match inner.cluster.refresh(Some(&topics)).await {
+            Ok((md, _)) => {
+                let mut st = inner.lock();
+                for (name, t) in &md.topics {
+                    st.topics.insert(name.clone(), partition_info(t));
+                }
+            }
+            Err(e) => {
+                tracing::debug!(%e, ?topics, "metadata refresh failed");
+                tokio::time::sleep(inner.config.client.retry_backoff).await;
+            }
+        }
+        inner.wake.notify_one();
+    }
+}

@@ -1,0 +1,227 @@
+//! `max.in.flight.requests.per.connection` against a fake broker that
+//! answers Produce requests slowly (in order) and counts how many are
+//! outstanding at once: the producer pipelines up to the limit across
+//! partitions, never more, and never two batches of one partition.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use proto_kafka::messages::api_versions_response::ApiVersion;
+use proto_kafka::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use proto_kafka::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use proto_kafka::messages::{
+    ApiKey, ApiVersionsResponse, BrokerId, MetadataResponse, ProduceRequest, ProduceResponse,
+    RequestHeader, ResponseHeader, TopicName,
+};
+use proto_kafka::protocol::{Decodable, Encodable, StrBytes};
+use sluice_client::{ClientConfig, Producer, ProducerConfig, ProducerRecord};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+const PARTITIONS: i32 = 8;
+const DELAY: Duration = Duration::from_millis(300);
+
+#[derive(Debug, Default)]
+struct Stats {
+    outstanding: AtomicUsize,
+    max_outstanding: AtomicUsize,
+    /// Partitions of the Produce requests currently outstanding.
+    partitions: Mutex<Vec<i32>>,
+    /// A partition was in two outstanding requests at once.
+    overlap: AtomicUsize,
+}
+
+fn frame<E: Encodable>(key: ApiKey, version: i16, correlation: i32, body: &E) -> Bytes {
+    let mut header = ResponseHeader::default();
+    header.correlation_id = correlation;
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    header
+        .encode(&mut buf, key.response_header_version(version))
+        .expect("header");
+    body.encode(&mut buf, version).expect("body");
+    let len = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    buf.freeze()
+}
+
+/// Serves one connection: requests are read as they come; responses are
+/// written in order, Produce responses `DELAY` after their request arrived.
+async fn serve(stream: TcpStream, port: u16, stats: Arc<Stats>) {
+    let (mut rd, mut wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<(tokio::time::Instant, Bytes, Vec<i32>)>();
+    let writer_stats = stats.clone();
+    let writer = tokio::spawn(async move {
+        while let Some((at, frame, partitions)) = rx.recv().await {
+            tokio::time::sleep_until(at).await;
+            if !partitions.is_empty() {
+                let mut out = writer_stats.partitions.lock().expect("lock");
+                for p in &partitions {
+                    let i = out.iter().position(|x| x == p).expect("outstanding");
+                    out.remove(i);
+                }
+                writer_stats.outstanding.fetch_sub(1, Ordering::SeqCst);
+            }
+            if wr.write_all(&frame).await.is_err() {
+                return;
+            }
+        }
+    });
+    while let Ok(len) = rd.read_i32().await {
+        let mut buf = vec![0u8; len as usize];
+        if rd.read_exact(&mut buf).await.is_err() {
+            break;
+        }
+        let key = ApiKey::try_from(i16::from_be_bytes([buf[0], buf[1]])).expect("key");
+        let version = i16::from_be_bytes([buf[2], buf[3]]);
+        let mut body = Bytes::from(buf);
+        let header =
+            RequestHeader::decode(&mut body, key.request_header_version(version)).expect("hdr");
+        let now = tokio::time::Instant::now();
+        let c = header.correlation_id;
+        let reply = match key {
+            ApiKey::ApiVersions => {
+                let mut resp = ApiVersionsResponse::default();
+                for (k, min, max) in [
+                    (ApiKey::ApiVersions, 0, 3),
+                    (ApiKey::Metadata, 0, 12),
+                    (ApiKey::Produce, 3, 12),
+                ] {
+                    let mut v = ApiVersion::default();
+                    v.api_key = k as i16;
+                    v.min_version = min;
+                    v.max_version = max;
+                    resp.api_keys.push(v);
+                }
+                (now, frame(key, version, c, &resp), Vec::new())
+            }
+            ApiKey::Metadata => {
+                let mut resp = MetadataResponse::default();
+                let mut b = MetadataResponseBroker::default();
+                b.node_id = BrokerId(1);
+                b.host = StrBytes::from_static_str("127.0.0.1");
+                b.port = i32::from(port);
+                resp.brokers.push(b);
+                resp.controller_id = BrokerId(1);
+                let mut t = MetadataResponseTopic::default();
+                t.name = Some(TopicName(StrBytes::from_static_str("t")));
+                for i in 0..PARTITIONS {
+                    let mut p = MetadataResponsePartition::default();
+                    p.partition_index = i;
+                    p.leader_id = BrokerId(1);
+                    p.replica_nodes = vec![BrokerId(1)];
+                    p.isr_nodes = vec![BrokerId(1)];
+                    t.partitions.push(p);
+                }
+                resp.topics.push(t);
+                (now, frame(key, version, c, &resp), Vec::new())
+            }
+            ApiKey::Produce => {
+                let req = ProduceRequest::decode(&mut body, version).expect("produce");
+                let mut resp = ProduceResponse::default();
+                let mut partitions = Vec::new();
+                for t in &req.topic_data {
+                    let mut tr = TopicProduceResponse::default();
+                    tr.name = t.name.clone();
+                    for p in &t.partition_data {
+                        partitions.push(p.index);
+                        let mut pr = PartitionProduceResponse::default();
+                        pr.index = p.index;
+                        pr.base_offset = 0;
+                        pr.log_append_time_ms = -1;
+                        tr.partition_responses.push(pr);
+                    }
+                    resp.responses.push(tr);
+                }
+                {
+                    let mut out = stats.partitions.lock().expect("lock");
+                    for p in &partitions {
+                        if out.contains(p) {
+                            stats.overlap.fetch_add(1, Ordering::SeqCst);
+                        }
+                        out.push(*p);
+                    }
+                }
+                let n = stats.outstanding.fetch_add(1, Ordering::SeqCst) + 1;
+                stats.max_outstanding.fetch_max(n, Ordering::SeqCst);
+                (now + DELAY, frame(key, version, c, &resp), partitions)
+            }
+            other => panic!("unexpected request {other:?}"),
+        };
+        if tx.send(reply).is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+async fn fake_broker() -> (String, Arc<Stats>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let stats = Arc::new(Stats::default());
+    let s = stats.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(serve(stream, port, s.clone()));
+        }
+    });
+    (format!("127.0.0.1:{port}"), stats)
+}
+
+/// Sends one record to each partition, 40 ms apart, with `linger.ms` 0, so
+/// each partition's batch is ready while earlier requests are outstanding.
+async fn run(max_in_flight: usize) -> Arc<Stats> {
+    let (addr, stats) = fake_broker().await;
+    let mut cfg = ProducerConfig::new(ClientConfig::new(&addr));
+    cfg.linger_ms = 0;
+    cfg.max_in_flight = max_in_flight;
+    let p = Producer::new(cfg).await.expect("producer");
+    let mut futs = Vec::new();
+    for round in 0..2 {
+        for i in 0..PARTITIONS {
+            let rec = ProducerRecord::new("t", format!("{round}-{i}").into_bytes()).partition(i);
+            futs.push(p.send(rec).await.expect("send"));
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+    }
+    let mut seen = HashSet::new();
+    for f in futs {
+        let m = tokio::time::timeout(Duration::from_secs(30), f)
+            .await
+            .expect("in time")
+            .expect("delivered");
+        seen.insert(m.partition);
+    }
+    assert_eq!(seen.len(), PARTITIONS as usize);
+    tokio::time::timeout(Duration::from_secs(30), p.close())
+        .await
+        .expect("close in time")
+        .expect("close");
+    stats
+}
+
+#[tokio::test]
+async fn produce_requests_pipeline_up_to_max_in_flight() {
+    let stats = run(5).await;
+    assert_eq!(
+        stats.max_outstanding.load(Ordering::SeqCst),
+        5,
+        "five Produce requests outstanding at once"
+    );
+    assert_eq!(
+        stats.overlap.load(Ordering::SeqCst),
+        0,
+        "one batch per partition"
+    );
+
+    let stats = run(1).await;
+    assert_eq!(stats.max_outstanding.load(Ordering::SeqCst), 1);
+    assert_eq!(stats.overlap.load(Ordering::SeqCst), 0);
+}
