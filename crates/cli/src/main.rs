@@ -1,10 +1,25 @@
-//! The `sluice` binary: `sluice server`, the single-node broker, and
-//! `sluice dump-log` (module [`dump_log`]), which prints segment files, and
-//! `sluice topic` (module [`topic`]), topic administration over the wire.
-//! The other client subcommands (produce, consume, group, perf) arrive with
-//! the client crate.
+//! The `sluice` binary: the broker and the command-line tool.
+//!
+//! | subcommand | module | like |
+//! |---|---|---|
+//! | `server` | here | kafka-server-start.sh (single node, zero config) |
+//! | `topic create\|list\|describe\|alter\|delete` | [`topic`] | kafka-topics.sh |
+//! | `produce` | [`produce`] | kafka-console-producer.sh |
+//! | `consume` | [`consume`] | kafka-console-consumer.sh |
+//! | `group list\|describe\|reset-offsets\|delete` | [`group`] | kafka-consumer-groups.sh |
+//! | `perf produce\|consume\|e2e` | [`perf`] | kafka-producer-perf-test.sh, kafka-consumer-perf-test.sh, EndToEndLatency |
+//! | `dump-log` | [`dump_log`] | kafka-dump-log.sh |
+//!
+//! Client subcommands share `--bootstrap-server` / `--timeout-ms`
+//! ([`client_args`]). Every failure prints one `sluice: ...` line on stderr
+//! and exits non-zero (clap's usage errors exit 2). Reference: docs/cli.md.
 
+mod client_args;
+mod consume;
 mod dump_log;
+mod group;
+mod perf;
+mod produce;
 mod topic;
 
 use std::path::PathBuf;
@@ -30,6 +45,16 @@ enum Command {
     DumpLog(dump_log::DumpLogArgs),
     /// Create, list, describe, alter and delete topics, like kafka-topics.sh.
     Topic(topic::TopicArgs),
+    /// Send each line of stdin as a record, like kafka-console-producer.sh.
+    Produce(produce::ProduceArgs),
+    /// Print records of a topic, like kafka-console-consumer.sh.
+    Consume(consume::ConsumeArgs),
+    /// List, describe, reset offsets of and delete consumer groups, like
+    /// kafka-consumer-groups.sh.
+    Group(group::GroupArgs),
+    /// Load generators reporting throughput and latency, like
+    /// kafka-producer-perf-test.sh.
+    Perf(perf::PerfArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -106,6 +131,10 @@ fn main() -> std::process::ExitCode {
         Command::Server(args) => run_server(&args),
         Command::DumpLog(args) => dump_log::run(&args),
         Command::Topic(args) => topic::run(&args),
+        Command::Produce(args) => produce::run(&args),
+        Command::Consume(args) => consume::run(&args),
+        Command::Group(args) => group::run(&args),
+        Command::Perf(args) => perf::run(&args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -7,27 +7,19 @@
 //! prints as one `sluice: ...` line before exiting non-zero.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use sluice_client::admin::NewTopic;
 use sluice_client::cluster::TopicInfo;
-use sluice_client::{Admin, ClientConfig};
+use sluice_client::Admin;
+
+use crate::client_args::{parse_kv, ClientArgs};
 
 /// `sluice topic`.
 #[derive(Debug, clap::Args)]
 pub struct TopicArgs {
-    /// Comma-separated `host:port` list of brokers to bootstrap from.
-    #[arg(
-        long,
-        value_name = "HOST:PORT",
-        default_value = "127.0.0.1:9092",
-        global = true
-    )]
-    bootstrap_server: String,
-    /// Connect and request timeout in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 30_000, global = true)]
-    timeout_ms: u64,
+    #[command(flatten)]
+    client: ClientArgs,
     #[command(subcommand)]
     command: TopicCommand,
 }
@@ -81,13 +73,6 @@ enum TopicCommand {
     },
 }
 
-fn parse_kv(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
-        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
-    }
-}
-
 /// Runs `sluice topic ...`.
 pub fn run(args: &TopicArgs) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -98,23 +83,8 @@ pub fn run(args: &TopicArgs) -> anyhow::Result<()> {
 }
 
 async fn connect(args: &TopicArgs) -> anyhow::Result<Admin> {
-    let mut config = ClientConfig::new(&args.bootstrap_server);
-    if config.bootstrap_servers.is_empty() {
-        bail!("--bootstrap-server is empty");
-    }
-    let timeout = Duration::from_millis(args.timeout_ms.max(1));
-    config.connection.connect_timeout = timeout;
-    config.connection.request_timeout = timeout;
-    config.connection.client_id = "sluice-cli".into();
-    let overall = timeout.saturating_mul(2) + Duration::from_secs(1);
-    match tokio::time::timeout(overall, Admin::connect(config)).await {
-        Ok(r) => r.with_context(|| format!("cannot connect to {}", args.bootstrap_server)),
-        Err(_) => bail!(
-            "cannot connect to {}: timed out after {} ms",
-            args.bootstrap_server,
-            args.timeout_ms
-        ),
-    }
+    let config = args.client.client_config()?;
+    args.client.connecting(Admin::connect(config)).await
 }
 
 async fn run_async(args: &TopicArgs) -> anyhow::Result<()> {
@@ -306,14 +276,6 @@ fn topic_id_text(id: &[u8; 16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kv_parsing() {
-        assert_eq!(parse_kv("a=b=c"), Ok(("a".into(), "b=c".into())));
-        assert_eq!(parse_kv("a="), Ok(("a".into(), String::new())));
-        assert!(parse_kv("novalue").is_err());
-        assert!(parse_kv("=x").is_err());
-    }
 
     #[test]
     fn topic_id_matches_kafka_base64() {

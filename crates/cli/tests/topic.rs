@@ -2,113 +2,17 @@
 //! `sluice server` started from the same binary, plus error exits (existing
 //! topic, unknown topic, bad flags, unreachable bootstrap server).
 
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use std::process::Output;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_sluice");
-
-/// A `sluice server` child process, killed (by its own PID) on drop.
-struct Server {
-    child: Child,
-    addr: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    l.local_addr()
-        .unwrap_or_else(|e| panic!("local_addr: {e}"))
-        .port()
-}
-
-fn start_server() -> Server {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-    let port = free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let data = dir.path().join("data");
-    let child = Command::new(BIN)
-        .arg("server")
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("--listeners")
-        .arg(format!("PLAINTEXT://{addr}"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start sluice server: {e}"));
-    let server = Server {
-        child,
-        addr,
-        _dir: dir,
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(&server.addr).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "server did not listen on {}",
-            server.addr
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    server
-}
-
-fn sluice(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run sluice: {e}"))
-}
+use common::{fails_with, free_port, ok, sluice, start_server, stderr, Server};
 
 fn topic(server: &Server, args: &[&str]) -> Output {
     let mut all = vec!["topic", "--bootstrap-server", server.addr.as_str()];
     all.extend_from_slice(args);
     sluice(&all)
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-#[track_caller]
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "expected success, got {:?}\nstdout: {}\nstderr: {}",
-        o.status,
-        stdout(o),
-        stderr(o)
-    );
-    stdout(o)
-}
-
-/// Asserts a failure reported as one `sluice: ...` line containing `needle`.
-#[track_caller]
-fn fails_with(o: &Output, needle: &str) {
-    assert!(
-        !o.status.success(),
-        "expected failure, got success: {}",
-        stdout(o)
-    );
-    let err = stderr(o);
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "expected one error line, got: {err}");
-    assert!(lines[0].starts_with("sluice: "), "bad error line: {err}");
-    assert!(err.contains(needle), "{needle:?} not in: {err}");
 }
 
 #[test]

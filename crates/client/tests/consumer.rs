@@ -542,3 +542,44 @@ async fn bad_usage_is_refused() {
     ));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_member_that_stops_polling_leaves_and_loses_its_partitions() {
+    let server = server().await;
+    server.create_topic("slow", 2).await;
+    let mut cfg = config(&server, Some("slowpoke"));
+    cfg.max_poll_interval = Duration::from_millis(1500);
+    let mut c = Consumer::new(cfg).await.expect("consumer");
+    let events = Recorder::default();
+    c.set_rebalance_listener(Box::new(events.clone()));
+    c.subscribe(&["slow"]).expect("subscribe");
+    while c.assignment().len() < 2 {
+        c.poll(Duration::from_millis(100)).await.expect("poll");
+    }
+    // No poll for longer than max.poll.interval.ms: the heartbeat task
+    // leaves the group, as the Java client does.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let admin = server.admin().await;
+    let described = admin
+        .describe_groups(&["slowpoke"])
+        .await
+        .expect("describe");
+    assert!(
+        described[0].members.is_empty(),
+        "the member left: {described:?}"
+    );
+    // The next poll reports the partitions lost and rejoins.
+    c.poll(Duration::from_millis(100)).await.expect("poll");
+    while c.assignment().len() < 2 {
+        c.poll(Duration::from_millis(100)).await.expect("poll");
+    }
+    let events = events.0.lock().expect("lock").clone();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Lost(p) if p.len() == 2)),
+        "{events:?}"
+    );
+    c.close().await.expect("close");
+    server.stop().await;
+}

@@ -7,7 +7,8 @@
 //! [`PartitionAssignor`](assignor::PartitionAssignor) trait and the range,
 //! roundrobin, sticky and cooperative-sticky assignors), `coordinator`
 //! (JoinGroup/SyncGroup/Heartbeat/LeaveGroup/OffsetCommit), `fetcher`
-//! (Fetch requests and record decoding).
+//! (Fetch requests and record decoding), `buffer` (per-partition positions
+//! and fetched records, fetch scheduling).
 //!
 //! How `poll` works: it (re)joins the group when needed (running the
 //! rebalance listener), initialises positions that are unknown (committed
@@ -38,11 +39,12 @@
 //! ```
 
 pub mod assignor;
+mod buffer;
 pub mod config;
 mod coordinator;
 mod fetcher;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -62,8 +64,9 @@ use crate::cluster::Cluster;
 use crate::connection::Connection;
 use crate::error::{ClientError, Result};
 use crate::TopicPartition;
+use buffer::PartitionState;
 use coordinator::{GroupMember, Link};
-use fetcher::{FetchOutcome, FetchPlan, FetchSettings, FetchedData};
+use fetcher::{FetchOutcome, FetchSettings};
 
 /// A record returned by [`Consumer::poll`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,44 +145,6 @@ enum Subscription {
     Topics,
     Pattern(regex::Regex),
     Manual,
-}
-
-/// Per-partition fetch state.
-#[derive(Debug, Default)]
-struct PartitionState {
-    /// Next offset handed to the application (`None` until initialised).
-    position: Option<i64>,
-    /// Where the next fetch starts (past buffered data).
-    fetch_position: i64,
-    /// Leader epoch of the last record returned.
-    leader_epoch: Option<i32>,
-    /// Fetched, not yet returned.
-    buffered: VecDeque<FetchedData>,
-    buffered_records: usize,
-    paused: bool,
-    /// Reset requested by seek_to_beginning/end or out of range.
-    reset: Option<OffsetReset>,
-    in_flight: bool,
-    /// No fetch before this instant (after an error).
-    retry_after: Option<Instant>,
-    high_watermark: i64,
-}
-
-impl PartitionState {
-    fn set_position(&mut self, offset: i64) {
-        self.position = Some(offset);
-        self.fetch_position = offset;
-        self.buffered.clear();
-        self.buffered_records = 0;
-        self.reset = None;
-    }
-
-    fn request_reset(&mut self, reset: OffsetReset) {
-        self.position = None;
-        self.buffered.clear();
-        self.buffered_records = 0;
-        self.reset = Some(reset);
-    }
 }
 
 /// An async Kafka consumer (see the module docs).
@@ -870,173 +835,6 @@ impl Consumer {
             }
         }
         Ok(())
-    }
-
-    /// Applies one fetch result to the partitions it still concerns.
-    fn handle_fetch(&mut self, outcome: FetchOutcome) {
-        self.brokers_in_flight.remove(&outcome.broker);
-        if let Some(conn) = outcome.conn {
-            self.idle_conns.insert(outcome.broker, conn);
-        }
-        for (tp, _) in &outcome.partitions {
-            if let Some(s) = self.partitions.get_mut(tp) {
-                s.in_flight = false;
-            }
-        }
-        let backoff = Instant::now() + self.config.client.retry_backoff;
-        let results = match outcome.result {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::debug!(error = %e, broker = outcome.broker, "fetch failed");
-                self.metadata_stale = true;
-                for (tp, _) in &outcome.partitions {
-                    if let Some(s) = self.partitions.get_mut(tp) {
-                        s.retry_after = Some(backoff);
-                    }
-                }
-                return;
-            }
-        };
-        let reset = self.config.auto_offset_reset;
-        for pf in results {
-            let Some(s) = self.partitions.get_mut(&pf.tp) else {
-                continue;
-            };
-            // A seek since the fetch was sent makes its data stale.
-            if s.position.is_none() || s.fetch_position != pf.fetch_offset {
-                continue;
-            }
-            match pf.result {
-                Ok(data) => {
-                    s.high_watermark = data.high_watermark;
-                    s.retry_after = None;
-                    s.fetch_position = data.next_offset.max(s.fetch_position);
-                    s.buffered_records += data.records.len();
-                    s.buffered.push_back(data);
-                }
-                Err(e) if e.code() == Some(1) => {
-                    if reset == OffsetReset::None {
-                        self.pending_error = Some(ClientError::NoOffsetForPartition {
-                            partition: pf.tp.to_string(),
-                            reason: format!("offset {} is out of range", pf.fetch_offset),
-                        });
-                        s.retry_after = Some(backoff);
-                    } else {
-                        tracing::info!(partition = %pf.tp, offset = pf.fetch_offset, %reset, "offset out of range; resetting");
-                        s.request_reset(reset);
-                    }
-                }
-                Err(e) if e.invalidates_metadata() || e.is_retriable() => {
-                    self.metadata_stale = true;
-                    s.retry_after = Some(backoff);
-                }
-                Err(e) => {
-                    s.retry_after = Some(backoff);
-                    self.pending_error = Some(e);
-                }
-            }
-        }
-    }
-
-    /// Takes up to `max.poll.records` buffered records, rotating the
-    /// starting partition for fairness.
-    fn drain(&mut self) -> Vec<ConsumerRecord> {
-        let max = self.config.max_poll_records;
-        let mut out = Vec::new();
-        let keys: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
-        if keys.is_empty() {
-            return out;
-        }
-        let start = self.drain_start % keys.len();
-        self.drain_start = self.drain_start.wrapping_add(1);
-        for i in 0..keys.len() {
-            if out.len() >= max {
-                break;
-            }
-            let Some(s) = self.partitions.get_mut(&keys[(start + i) % keys.len()]) else {
-                continue;
-            };
-            if s.paused || s.position.is_none() {
-                continue;
-            }
-            while out.len() < max {
-                let Some(front) = s.buffered.front_mut() else {
-                    break;
-                };
-                while out.len() < max {
-                    let Some(r) = front.records.pop_front() else {
-                        break;
-                    };
-                    s.buffered_records -= 1;
-                    s.position = Some(r.offset + 1);
-                    s.leader_epoch = (r.leader_epoch >= 0).then_some(r.leader_epoch);
-                    out.push(r);
-                }
-                if front.records.is_empty() {
-                    let next = front.next_offset;
-                    s.position = Some(s.position.map_or(next, |p| p.max(next)));
-                    s.buffered.pop_front();
-                }
-            }
-        }
-        out
-    }
-
-    /// Sends a fetch to every leader with fetchable partitions and no fetch
-    /// in flight.
-    async fn send_fetches(&mut self) {
-        let now = Instant::now();
-        let threshold = self.config.max_poll_records;
-        let fetchable: Vec<(TopicPartition, i64)> = self
-            .partitions
-            .iter()
-            .filter(|(_, s)| {
-                s.position.is_some()
-                    && !s.paused
-                    && !s.in_flight
-                    && s.buffered_records < threshold
-                    && s.retry_after.is_none_or(|t| t <= now)
-            })
-            .map(|(tp, s)| (tp.clone(), s.fetch_position))
-            .collect();
-        if fetchable.is_empty() {
-            return;
-        }
-        let md = self.cluster.metadata().await;
-        let mut plans: BTreeMap<i32, FetchPlan> = BTreeMap::new();
-        for (tp, offset) in fetchable {
-            let Some(leader) = md.leader(&tp.topic, tp.partition) else {
-                self.metadata_stale = true;
-                continue;
-            };
-            if self.brokers_in_flight.contains(&leader.id) {
-                continue;
-            }
-            plans
-                .entry(leader.id)
-                .or_insert_with(|| FetchPlan {
-                    broker: leader.id,
-                    addr: leader.addr(),
-                    partitions: Vec::new(),
-                })
-                .partitions
-                .push((tp, offset));
-        }
-        for (broker, plan) in plans {
-            for (tp, _) in &plan.partitions {
-                if let Some(s) = self.partitions.get_mut(tp) {
-                    s.in_flight = true;
-                }
-            }
-            self.brokers_in_flight.insert(broker);
-            let conn = self.idle_conns.remove(&broker);
-            let tx = self.fetch_tx.clone();
-            let settings = self.settings.clone();
-            tokio::spawn(async move {
-                let outcome = fetcher::run_fetch(plan, conn, settings).await;
-                let _ = tx.send(outcome);
-            });
-        }
     }
 
     async fn leave_group(&mut self, reason: &str) {
