@@ -112,7 +112,7 @@ impl RecordHandle {
 }
 
 /// Result of [`RecordAccumulator::append`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AppendOutcome {
     /// The record was buffered.
     Appended {
@@ -132,6 +132,8 @@ pub enum AppendOutcome {
         needed: usize,
         /// Bytes currently free.
         available: usize,
+        /// The record, handed back for the retry.
+        record: Record,
     },
 }
 
@@ -283,7 +285,12 @@ impl RecordAccumulator {
         now_ms: u64,
     ) -> Result<AppendOutcome> {
         let batch_size = self.config.batch_size;
-        let queue = self.queues.entry(tp.clone()).or_default();
+        if !self.queues.contains_key(tp) {
+            self.queues.insert(tp.clone(), PartitionQueue::default());
+        }
+        let Some(queue) = self.queues.get_mut(tp) else {
+            return Err(ClientError::InvalidArgument("no partition queue".into()));
+        };
         // Room in the open batch?
         let fit = match queue.batches.back() {
             Some(b) if !b.closed => {
@@ -314,7 +321,11 @@ impl RecordAccumulator {
         }
         let available = self.config.buffer_memory.saturating_sub(self.used_memory);
         if needed > available {
-            return Ok(AppendOutcome::WouldBlock { needed, available });
+            return Ok(AppendOutcome::WouldBlock {
+                needed,
+                available,
+                record,
+            });
         }
         if new_batch {
             if let Some(b) = queue.batches.back_mut() {
@@ -482,7 +493,7 @@ impl RecordAccumulator {
             };
             let builder = b.builder.producer(info, false);
             let bytes = builder
-                .build(0)
+                .finish(0)
                 .map_err(|e| ClientError::Protocol(e.to_string()))?;
             out.push(ReadyBatch {
                 id: b.id,
@@ -782,7 +793,9 @@ mod tests {
         for i in 0..100 {
             match acc.append(&tp(i % 3), rec(50, 0), 0)? {
                 AppendOutcome::Appended { .. } => {}
-                AppendOutcome::WouldBlock { needed, available } => {
+                AppendOutcome::WouldBlock {
+                    needed, available, ..
+                } => {
                     assert!(needed > available);
                     blocked = Some(i);
                     break;

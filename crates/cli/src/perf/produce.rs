@@ -6,18 +6,14 @@
 //! and a final summary (text, or one JSON object with `--json`).
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use sluice_client::{Producer, ProducerRecord};
-use tokio::task::JoinSet;
 
 use super::{Counters, Histogram, Reporter, Summary, Throttle, Window};
 use crate::client_args::{ClientArgs, ProducerArgs};
-
-/// Most delivery futures one producer keeps outstanding.
-const MAX_IN_FLIGHT: usize = 50_000;
 
 /// `sluice perf produce`.
 #[derive(Debug, clap::Args)]
@@ -95,7 +91,7 @@ pub async fn run(args: &PerfProduceArgs) -> anyhow::Result<()> {
     } else {
         -1.0
     };
-    let mut tasks = JoinSet::new();
+    let mut tasks = tokio::task::JoinSet::new();
     for (i, producer) in producers.into_iter().enumerate() {
         let i = i as u64;
         let share = args.num_records / n + u64::from(i < args.num_records % n);
@@ -225,32 +221,31 @@ impl Rng {
 }
 
 impl Outcome {
-    /// Accounts for one finished delivery task.
-    fn handle(&mut self, counters: &Counters, d: Result<Delivery, tokio::task::JoinError>) {
-        let error = match d {
-            Ok((latency, bytes, Ok(_))) => {
+    /// Accounts for one finished delivery.
+    fn handle(
+        &mut self,
+        counters: &Counters,
+        latency: Duration,
+        bytes: u64,
+        result: sluice_client::Result<sluice_client::RecordMetadata>,
+    ) {
+        match result {
+            Ok(_) => {
                 self.histogram.record(latency);
                 counters.record(bytes, Some(latency));
-                return;
             }
-            Ok((_, _, Err(e))) => e.to_string(),
-            Err(e) => e.to_string(),
-        };
-        counters.record_error();
-        self.errors += 1;
-        self.first_error.get_or_insert(error);
+            Err(e) => {
+                counters.record_error();
+                self.errors += 1;
+                self.first_error.get_or_insert(e.to_string());
+            }
+        }
     }
 }
 
-/// Latency, payload bytes and outcome of one record.
-type Delivery = (
-    Duration,
-    u64,
-    sluice_client::Result<sluice_client::RecordMetadata>,
-);
-
-/// One producer instance: sends `count` records, each delivery awaited in
-/// its own task so its latency is taken when it resolves.
+/// One producer instance: sends `count` records; each record's callback
+/// (run by the producer when its batch completes) takes the latency, as
+/// Kafka's perf test does.
 async fn produce_share(
     producer: Producer,
     topic: String,
@@ -260,14 +255,13 @@ async fn produce_share(
     counters: Arc<Counters>,
     salt: u64,
 ) -> anyhow::Result<Outcome> {
-    let mut out = Outcome {
+    let out = Arc::new(Mutex::new(Outcome {
         histogram: Histogram::new(),
         errors: 0,
         first_error: None,
-    };
+    }));
     let throttle = Throttle::new(rate);
     let mut rng = Rng::seeded(salt + 1);
-    let mut in_flight: JoinSet<Delivery> = JoinSet::new();
     for i in 0..count {
         throttle.wait(i).await;
         let value = if payloads.len() == 1 {
@@ -277,30 +271,29 @@ async fn produce_share(
         };
         let bytes = value.len() as u64;
         let sent = Instant::now();
-        let delivery = producer
-            .send(ProducerRecord::new(topic.as_str(), value))
+        let (out, counters) = (out.clone(), counters.clone());
+        producer
+            .send_with_callback(ProducerRecord::new(topic.as_str(), value), move |r| {
+                let latency = sent.elapsed();
+                out.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .handle(&counters, latency, bytes, r);
+            })
             .await
             .with_context(|| format!("cannot produce to {topic}"))?;
-        in_flight.spawn(async move {
-            let result = delivery.await;
-            (sent.elapsed(), bytes, result)
-        });
-        while let Some(d) = in_flight.try_join_next() {
-            out.handle(&counters, d);
-        }
-        while in_flight.len() >= MAX_IN_FLIGHT {
-            if let Some(d) = in_flight.join_next().await {
-                out.handle(&counters, d);
-            }
-        }
     }
     producer.flush().await;
-    while let Some(d) = in_flight.join_next().await {
-        out.handle(&counters, d);
-    }
     producer
         .close()
         .await
         .with_context(|| format!("cannot close the producer for {topic}"))?;
+    let out = std::mem::replace(
+        &mut *out.lock().unwrap_or_else(PoisonError::into_inner),
+        Outcome {
+            histogram: Histogram::new(),
+            errors: 0,
+            first_error: None,
+        },
+    );
     Ok(out)
 }

@@ -262,12 +262,41 @@ impl Future for DeliveryFuture {
     }
 }
 
+/// How a record's outcome reaches the caller.
+pub(crate) enum Completion {
+    /// Through a [`DeliveryFuture`].
+    Future(oneshot::Sender<Result<RecordMetadata>>),
+    /// Through a callback run on the sender task.
+    Callback(Box<dyn FnOnce(Result<RecordMetadata>) + Send>),
+}
+
+impl Completion {
+    /// Delivers the outcome.
+    pub(crate) fn complete(self, outcome: Result<RecordMetadata>) {
+        match self {
+            Completion::Future(tx) => {
+                let _ = tx.send(outcome);
+            }
+            Completion::Callback(f) => f(outcome),
+        }
+    }
+}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Completion::Future(_) => "Completion::Future",
+            Completion::Callback(_) => "Completion::Callback",
+        })
+    }
+}
+
 /// A record waiting for its batch's acknowledgement.
 #[derive(Debug)]
 struct Pending {
     index: u32,
     timestamp: i64,
-    tx: oneshot::Sender<Result<RecordMetadata>>,
+    completion: Completion,
 }
 
 #[derive(Debug)]
@@ -275,7 +304,7 @@ struct State {
     acc: RecordAccumulator,
     partitioner: Partitioner,
     /// Partition count and partitions with a leader, per topic.
-    topics: HashMap<String, (u32, Vec<i32>)>,
+    topics: HashMap<String, Arc<TopicPartitions>>,
     /// Records per batch id.
     pending: HashMap<BatchId, Vec<Pending>>,
     /// Drained batches not completed yet (queued for a broker, being
@@ -325,16 +354,31 @@ impl Inner {
     }
 }
 
-/// Partition count and the partitions with a leader.
-fn partition_info(t: &TopicInfo) -> (u32, Vec<i32>) {
-    (
-        t.partitions.len() as u32,
-        t.partitions
+/// A topic's partitions as the producer needs them.
+#[derive(Debug)]
+struct TopicPartitions {
+    /// Partition count.
+    count: u32,
+    /// Partitions with a leader.
+    available: Vec<i32>,
+    /// One key per partition (so appends need no allocation).
+    keys: Vec<TopicPartition>,
+}
+
+fn partition_info(t: &TopicInfo) -> Arc<TopicPartitions> {
+    let count = t.partitions.len() as u32;
+    Arc::new(TopicPartitions {
+        count,
+        available: t
+            .partitions
             .values()
             .filter(|p| p.leader >= 0)
             .map(|p| p.partition)
             .collect(),
-    )
+        keys: (0..count as i32)
+            .map(|p| TopicPartition::new(t.name.clone(), p))
+            .collect(),
+    })
 }
 
 /// An async Kafka producer (see the module docs).
@@ -402,7 +446,7 @@ impl Producer {
         &self.inner.cluster
     }
 
-    async fn topic_partitions(&self, topic: &str) -> Result<(u32, Vec<i32>)> {
+    async fn topic_partitions(&self, topic: &str) -> Result<Arc<TopicPartitions>> {
         if let Some(t) = self.inner.lock().topics.get(topic) {
             return Ok(t.clone());
         }
@@ -429,7 +473,28 @@ impl Producer {
     /// Buffers `record` (waiting for memory up to `max.block.ms`) and returns
     /// a future resolving to where it was written.
     pub async fn send(&self, record: ProducerRecord) -> Result<DeliveryFuture> {
-        let (num_partitions, available) = self.topic_partitions(&record.topic).await?;
+        let (tx, rx) = oneshot::channel();
+        self.append(record, Completion::Future(tx)).await?;
+        Ok(DeliveryFuture { rx })
+    }
+
+    /// Like [`send`](Self::send), but runs `callback` with the outcome
+    /// instead of returning a future (Kafka's `send(record, callback)`):
+    /// no channel and no task per record. The callback runs on the
+    /// producer's sender task with the producer's state locked, so it must
+    /// be short and must not block (hand work off through a channel).
+    pub async fn send_with_callback(
+        &self,
+        record: ProducerRecord,
+        callback: impl FnOnce(Result<RecordMetadata>) + Send + 'static,
+    ) -> Result<()> {
+        self.append(record, Completion::Callback(Box::new(callback)))
+            .await
+    }
+
+    async fn append(&self, record: ProducerRecord, completion: Completion) -> Result<()> {
+        let partitions = self.topic_partitions(&record.topic).await?;
+        let (num_partitions, available) = (partitions.count, &partitions.available);
         if num_partitions == 0 {
             return Err(ClientError::InvalidArgument(format!(
                 "topic {} has no partitions",
@@ -445,30 +510,41 @@ impl Producer {
             }
         }
         let timestamp = record.timestamp.unwrap_or_else(wall_clock_ms);
-        let mut rec = Record::new(record.key.clone(), record.value, timestamp);
+        let mut rec = Record::new(record.key, record.value, timestamp);
         for (k, v) in &record.headers {
             rec = rec.with_header(k, v.as_deref());
         }
-        let deadline = Instant::now() + Duration::from_millis(self.inner.config.max_block_ms);
+        let topic = record.topic;
+        let mut completion = Some(completion);
+        let mut deadline = None;
         loop {
+            // Fast path first; on a full buffer, register for a wake-up and
+            // try once more before waiting (no lost wake-ups).
             let notified = self.inner.progress.notified();
             tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
+            for attempt in 0..2 {
+                if attempt == 1 {
+                    notified.as_mut().enable();
+                }
                 let mut st = self.inner.lock();
                 if st.closed {
                     return Err(ClientError::InvalidArgument("producer is closed".into()));
                 }
                 let choice = st.partitioner.partition(
-                    &record.topic,
+                    &topic,
                     record.partition,
-                    record.key.as_deref(),
+                    rec.key.as_deref(),
                     num_partitions,
-                    &available,
+                    available,
                 );
-                let tp = TopicPartition::new(record.topic.clone(), choice.partition);
+                let Some(tp) = partitions.keys.get(choice.partition as usize) else {
+                    return Err(ClientError::Protocol(format!(
+                        "partitioner chose partition {} of {num_partitions}",
+                        choice.partition
+                    )));
+                };
                 let now = self.inner.now_ms();
-                match st.acc.append(&tp, rec.clone(), now)? {
+                match st.acc.append(tp, rec, now)? {
                     AppendOutcome::Appended {
                         handle,
                         size,
@@ -477,36 +553,43 @@ impl Producer {
                     } => {
                         if choice.sticky {
                             st.partitioner
-                                .record_appended(&record.topic, choice.partition, size);
+                                .record_appended(&topic, choice.partition, size);
                         }
-                        let (tx, rx) = oneshot::channel();
+                        let Some(completion) = completion.take() else {
+                            return Err(ClientError::Protocol("record completed twice".into()));
+                        };
                         st.pending
                             .entry(handle.batch_id)
                             .or_default()
                             .push(Pending {
                                 index: handle.index,
                                 timestamp,
-                                tx,
+                                completion,
                             });
                         drop(st);
                         if batch_full || new_batch {
                             self.inner.wake.notify_one();
                         }
-                        return Ok(DeliveryFuture { rx });
+                        return Ok(());
                     }
-                    AppendOutcome::WouldBlock { needed, .. } => {
-                        if Instant::now() >= deadline {
+                    AppendOutcome::WouldBlock { needed, record, .. } => {
+                        rec = record;
+                        let max_block = Duration::from_millis(self.inner.config.max_block_ms);
+                        let limit = *deadline.get_or_insert_with(|| Instant::now() + max_block);
+                        if Instant::now() >= limit {
                             return Err(ClientError::Timeout {
                                 api: format!("buffer memory for {needed} bytes"),
                                 addr: String::new(),
-                                timeout: Duration::from_millis(self.inner.config.max_block_ms),
+                                timeout: max_block,
                             });
                         }
                     }
                 }
             }
             self.inner.wake.notify_one();
-            let _ = tokio::time::timeout_at(deadline.into(), notified).await;
+            if let Some(limit) = deadline {
+                let _ = tokio::time::timeout_at(limit.into(), notified).await;
+            }
         }
     }
 

@@ -427,7 +427,7 @@ fn expire_undrained(inner: &Inner, st: &mut State, now: u64) -> bool {
 
 fn fail_batch_records(st: &mut State, id: BatchId, e: &ClientError) {
     for p in st.pending.remove(&id).unwrap_or_default() {
-        let _ = p.tx.send(Err(e.clone()));
+        p.completion.complete(Err(e.clone()));
     }
 }
 
@@ -460,7 +460,7 @@ fn complete(
                 } else {
                     p.timestamp
                 };
-                let _ = p.tx.send(Ok(RecordMetadata {
+                p.completion.complete(Ok(RecordMetadata {
                     topic: batch.tp.topic.clone(),
                     partition: batch.tp.partition,
                     offset,

@@ -240,19 +240,42 @@ pub fn decode_batch(batch_bytes: &[u8], limit: usize) -> Result<DecodedBatch> {
 
 /// Encodes one record relative to a batch's base offset and timestamp.
 pub fn encode_record(out: &mut Vec<u8>, rec: &Record, offset_delta: i32, ts_delta: i64) {
-    let mut body = Vec::with_capacity(16 + rec.key.as_ref().map_or(0, Vec::len));
-    body.push(0); // attributes: unused
-    put_varint(&mut body, ts_delta);
-    put_varint(&mut body, i64::from(offset_delta));
-    put_nullable(&mut body, rec.key.as_deref());
-    put_nullable(&mut body, rec.value.as_deref());
-    put_varint(&mut body, rec.headers.len() as i64);
+    // The length prefix is computed first so the fields go straight into
+    // `out` (no intermediate buffer, one copy of key and value).
+    let mut body_len = 1
+        + varint_len(ts_delta)
+        + varint_len(i64::from(offset_delta))
+        + nullable_len(rec.key.as_deref())
+        + nullable_len(rec.value.as_deref())
+        + varint_len(rec.headers.len() as i64);
     for h in &rec.headers {
-        put_nullable(&mut body, Some(&h.key));
-        put_nullable(&mut body, h.value.as_deref());
+        body_len += nullable_len(Some(&h.key)) + nullable_len(h.value.as_deref());
     }
-    put_varint(out, body.len() as i64);
-    out.extend_from_slice(&body);
+    out.reserve(body_len + 5);
+    put_varint(out, body_len as i64);
+    out.push(0); // attributes: unused
+    put_varint(out, ts_delta);
+    put_varint(out, i64::from(offset_delta));
+    put_nullable(out, rec.key.as_deref());
+    put_nullable(out, rec.value.as_deref());
+    put_varint(out, rec.headers.len() as i64);
+    for h in &rec.headers {
+        put_nullable(out, Some(&h.key));
+        put_nullable(out, h.value.as_deref());
+    }
+}
+
+/// Bytes [`put_varint`] writes for `v`.
+pub fn varint_len(v: i64) -> usize {
+    let bits = 64 - zigzag64(v).leading_zeros() as usize;
+    bits.max(1).div_ceil(7)
+}
+
+fn nullable_len(v: Option<&[u8]>) -> usize {
+    match v {
+        None => 1,
+        Some(b) => varint_len(b.len() as i64) + b.len(),
+    }
 }
 
 fn put_nullable(out: &mut Vec<u8>, v: Option<&[u8]>) {
@@ -288,7 +311,11 @@ impl Default for ProducerInfo {
 pub struct BatchBuilder {
     compression: Compression,
     base_timestamp: i64,
-    records: Vec<Record>,
+    /// A header placeholder, then the records encoded as they are pushed
+    /// (offset delta = position).
+    payload: Vec<u8>,
+    count: usize,
+    max_timestamp: i64,
     producer: ProducerInfo,
     transactional: bool,
 }
@@ -298,7 +325,10 @@ impl BatchBuilder {
         Self {
             compression,
             base_timestamp,
-            records: Vec::new(),
+            // Room for the header, written by `finish`.
+            payload: vec![0; HEADER_LEN],
+            count: 0,
+            max_timestamp: -1,
             producer: ProducerInfo::default(),
             transactional: false,
         }
@@ -311,53 +341,71 @@ impl BatchBuilder {
         self
     }
 
+    /// Encodes `record` at the next offset delta.
     pub fn push(&mut self, record: Record) {
-        self.records.push(record);
+        self.push_ref(&record);
+    }
+
+    /// Encodes `record` (borrowed) at the next offset delta.
+    pub fn push_ref(&mut self, record: &Record) {
+        let delta = i32::try_from(self.count).unwrap_or(i32::MAX);
+        encode_record(
+            &mut self.payload,
+            record,
+            delta,
+            record.timestamp.wrapping_sub(self.base_timestamp),
+        );
+        self.max_timestamp = self.max_timestamp.max(record.timestamp);
+        self.count += 1;
     }
 
     pub fn len(&self) -> usize {
-        self.records.len()
+        self.count
     }
 
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.count == 0
     }
 
-    /// Encodes the batch with `base_offset`; record offsets are consecutive.
-    pub fn build(&self, base_offset: i64) -> Result<Vec<u8>> {
-        let mut payload = Vec::new();
-        let mut max_ts = -1i64;
-        for (i, r) in self.records.iter().enumerate() {
-            let delta = i32::try_from(i)
-                .map_err(|_| ProtocolError::InvalidBatch("too many records".into()))?;
-            encode_record(
-                &mut payload,
-                r,
-                delta,
-                r.timestamp.wrapping_sub(self.base_timestamp),
-            );
-            max_ts = max_ts.max(r.timestamp);
-        }
-        let count = i32::try_from(self.records.len())
+    /// Encoded size of the records so far (before compression).
+    pub fn payload_len(&self) -> usize {
+        self.payload.len() - HEADER_LEN
+    }
+
+    fn fields(&self, base_offset: i64) -> Result<BatchFields> {
+        let count = i32::try_from(self.count)
             .map_err(|_| ProtocolError::InvalidBatch("too many records".into()))?;
         let mut attributes = i16::from(self.compression.id());
         if self.transactional {
             attributes |= 0x10;
         }
-        assemble(
-            &BatchFields {
-                base_offset,
-                partition_leader_epoch: -1,
-                attributes,
-                last_offset_delta: count - 1,
-                base_timestamp: self.base_timestamp,
-                max_timestamp: max_ts,
-                producer: self.producer,
-                records_count: count,
-            },
-            self.compression,
-            &payload,
-        )
+        Ok(BatchFields {
+            base_offset,
+            partition_leader_epoch: -1,
+            attributes,
+            last_offset_delta: count - 1,
+            base_timestamp: self.base_timestamp,
+            max_timestamp: self.max_timestamp,
+            producer: self.producer,
+            records_count: count,
+        })
+    }
+
+    /// Encodes the batch with `base_offset`; record offsets are consecutive.
+    pub fn build(&self, base_offset: i64) -> Result<Vec<u8>> {
+        let fields = self.fields(base_offset)?;
+        assemble(&fields, self.compression, &self.payload[HEADER_LEN..])
+    }
+
+    /// Like [`BatchBuilder::build`], consuming the builder: an uncompressed
+    /// batch reuses the record buffer (no copy of the records).
+    pub fn finish(mut self, base_offset: i64) -> Result<Vec<u8>> {
+        let fields = self.fields(base_offset)?;
+        if self.compression != Compression::None {
+            return assemble(&fields, self.compression, &self.payload[HEADER_LEN..]);
+        }
+        seal(&fields, &mut self.payload)?;
+        Ok(self.payload)
     }
 }
 
@@ -377,33 +425,97 @@ pub struct BatchFields {
 /// Writes a complete batch: header fields, the `payload` (encoded records)
 /// compressed with `compression`, and a fresh CRC.
 pub fn assemble(f: &BatchFields, compression: Compression, payload: &[u8]) -> Result<Vec<u8>> {
-    let body = compression.compress(payload)?;
-    let total = HEADER_LEN + body.len();
-    let batch_length = i32::try_from(total - batch::LOG_OVERHEAD)
-        .map_err(|_| ProtocolError::InvalidBatch("batch too large".into()))?;
-    let mut out = Vec::with_capacity(total);
-    out.extend_from_slice(&f.base_offset.to_be_bytes());
-    out.extend_from_slice(&batch_length.to_be_bytes());
-    out.extend_from_slice(&f.partition_leader_epoch.to_be_bytes());
-    out.push(MAGIC_V2 as u8);
-    out.extend_from_slice(&[0; 4]); // crc, filled below
-    out.extend_from_slice(&f.attributes.to_be_bytes());
-    out.extend_from_slice(&f.last_offset_delta.to_be_bytes());
-    out.extend_from_slice(&f.base_timestamp.to_be_bytes());
-    out.extend_from_slice(&f.max_timestamp.to_be_bytes());
-    out.extend_from_slice(&f.producer.producer_id.to_be_bytes());
-    out.extend_from_slice(&f.producer.producer_epoch.to_be_bytes());
-    out.extend_from_slice(&f.producer.base_sequence.to_be_bytes());
-    out.extend_from_slice(&f.records_count.to_be_bytes());
-    out.extend_from_slice(&body);
-    let crc = batch::compute_crc(&out);
-    out[batch::CRC_OFFSET..batch::CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    let compressed;
+    let body: &[u8] = if compression == Compression::None {
+        payload
+    } else {
+        compressed = compression.compress(payload)?;
+        &compressed
+    };
+    let mut out = Vec::with_capacity(HEADER_LEN + body.len());
+    out.resize(HEADER_LEN, 0);
+    out.extend_from_slice(body);
+    seal(f, &mut out)?;
     Ok(out)
+}
+
+/// Writes the header fields of `f` into the first [`HEADER_LEN`] bytes of
+/// `batch` (header placeholder followed by the body), then its CRC.
+fn seal(f: &BatchFields, batch: &mut [u8]) -> Result<()> {
+    let batch_length = i32::try_from(batch.len() - batch::LOG_OVERHEAD)
+        .map_err(|_| ProtocolError::InvalidBatch("batch too large".into()))?;
+    let mut h = Vec::with_capacity(HEADER_LEN);
+    h.extend_from_slice(&f.base_offset.to_be_bytes());
+    h.extend_from_slice(&batch_length.to_be_bytes());
+    h.extend_from_slice(&f.partition_leader_epoch.to_be_bytes());
+    h.push(MAGIC_V2 as u8);
+    h.extend_from_slice(&[0; 4]); // crc, filled below
+    h.extend_from_slice(&f.attributes.to_be_bytes());
+    h.extend_from_slice(&f.last_offset_delta.to_be_bytes());
+    h.extend_from_slice(&f.base_timestamp.to_be_bytes());
+    h.extend_from_slice(&f.max_timestamp.to_be_bytes());
+    h.extend_from_slice(&f.producer.producer_id.to_be_bytes());
+    h.extend_from_slice(&f.producer.producer_epoch.to_be_bytes());
+    h.extend_from_slice(&f.producer.base_sequence.to_be_bytes());
+    h.extend_from_slice(&f.records_count.to_be_bytes());
+    batch[..HEADER_LEN].copy_from_slice(&h);
+    let crc = batch::compute_crc(batch);
+    batch[batch::CRC_OFFSET..batch::CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finish_and_build_agree_for_every_codec() {
+        for c in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let mut b = BatchBuilder::new(c, 1_000);
+            for i in 0..50i64 {
+                b.push(
+                    Record::new(Some(vec![i as u8; 3]), Some(vec![7; 200]), 1_000 + i)
+                        .with_header(b"h", Some(b"v")),
+                );
+            }
+            let built = b.build(42).unwrap_or_else(|e| panic!("build: {e}"));
+            let finished = b.finish(42).unwrap_or_else(|e| panic!("finish: {e}"));
+            assert_eq!(built, finished, "{c:?}");
+            batch::validate_crc(&finished).unwrap_or_else(|e| panic!("crc: {e}"));
+            let decoded =
+                decode_batch(&finished, 1 << 20).unwrap_or_else(|e| panic!("decode: {e}"));
+            assert_eq!(decoded.records.len(), 50);
+            assert_eq!(decoded.records[49].record.offset, 91);
+        }
+    }
+
+    #[test]
+    fn varint_len_matches_put_varint() {
+        for v in [
+            0i64,
+            1,
+            -1,
+            63,
+            64,
+            -64,
+            -65,
+            8191,
+            8192,
+            i64::from(i32::MAX),
+            i64::MIN,
+            i64::MAX,
+        ] {
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            assert_eq!(varint_len(v), out.len(), "{v}");
+        }
+    }
     use proptest::prelude::*;
 
     fn arb_record() -> impl Strategy<Value = Record> {
