@@ -10,68 +10,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    create_topic, fails_with, free_port, ok, sluice, sluice_with_stdin, start_server, stderr,
-    stdout, Server, BIN,
+    create_topic, fails_with, free_port, ok, produce_keyed, sluice, start_server, stderr, stdout,
+    Server, BIN,
 };
-
-/// Produces `KEY:VALUE` lines to one partition (kcat when installed, else
-/// `sluice produce`), with `headers` (`K=V`) on every record.
-fn produce(server: &Server, topic: &str, partition: i32, lines: &[String], headers: &[&str]) {
-    let mut input = lines.join("\n");
-    input.push('\n');
-    let kcat = Command::new("kcat")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    let out = if kcat {
-        let mut cmd = Command::new("kcat");
-        cmd.args(["-P", "-b", &server.addr, "-t", topic, "-K", ":"])
-            .args(["-p", &partition.to_string()]);
-        for h in headers {
-            cmd.args(["-H", h]);
-        }
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run kcat: {e}"));
-        {
-            use std::io::Write;
-            let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
-            stdin
-                .write_all(input.as_bytes())
-                .unwrap_or_else(|e| panic!("write to kcat: {e}"));
-        }
-        child
-            .wait_with_output()
-            .unwrap_or_else(|e| panic!("wait for kcat: {e}"))
-    } else {
-        let p = partition.to_string();
-        let mut args = vec![
-            "produce",
-            "--bootstrap-server",
-            server.addr.as_str(),
-            "--topic",
-            topic,
-            "--partition",
-            &p,
-            "--key-separator",
-            ":",
-        ];
-        for h in headers {
-            args.extend_from_slice(&["--header", h]);
-        }
-        sluice_with_stdin(&args, input.as_bytes())
-    };
-    assert!(
-        out.status.success(),
-        "producing failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn lines(prefix: &str, range: std::ops::Range<u32>) -> Vec<String> {
     range.map(|i| format!("k{i}:{prefix}{i}")).collect()
@@ -121,7 +62,7 @@ fn wait_exit(child: &mut Child, secs: u64) -> std::process::ExitStatus {
 fn from_beginning_and_max_messages() {
     let s = start_server();
     create_topic(&s, "events", 1);
-    produce(&s, "events", 0, &lines("v", 0..5), &[]);
+    produce_keyed(&s, "events", 0, &lines("v", 0..5), &[]);
     let o = consume(
         &s,
         &[
@@ -162,8 +103,8 @@ fn from_beginning_and_max_messages() {
 fn partition_and_offset() {
     let s = start_server();
     create_topic(&s, "two", 2);
-    produce(&s, "two", 0, &lines("a", 0..5), &[]);
-    produce(&s, "two", 1, &lines("b", 0..5), &[]);
+    produce_keyed(&s, "two", 0, &lines("a", 0..5), &[]);
+    produce_keyed(&s, "two", 1, &lines("b", 0..5), &[]);
     let o = consume(
         &s,
         &[
@@ -227,7 +168,7 @@ fn partition_and_offset() {
 fn json_output() {
     let s = start_server();
     create_topic(&s, "j", 1);
-    produce(
+    produce_keyed(
         &s,
         "j",
         0,
@@ -275,7 +216,7 @@ fn json_output() {
 fn format_template() {
     let s = start_server();
     create_topic(&s, "f", 1);
-    produce(&s, "f", 0, &lines("val", 0..3), &["src=test"]);
+    produce_keyed(&s, "f", 0, &lines("val", 0..3), &["src=test"]);
     let o = consume(
         &s,
         &[
@@ -324,8 +265,8 @@ fn format_template() {
 fn group_commits_between_runs() {
     let s = start_server();
     create_topic(&s, "g", 2);
-    produce(&s, "g", 0, &lines("a", 0..3), &[]);
-    produce(&s, "g", 1, &lines("b", 0..3), &[]);
+    produce_keyed(&s, "g", 0, &lines("a", 0..3), &[]);
+    produce_keyed(&s, "g", 1, &lines("b", 0..3), &[]);
     let args = [
         "--topic",
         "g",
@@ -342,8 +283,8 @@ fn group_commits_between_runs() {
         got
     };
     assert_eq!(run("6"), ["a0", "a1", "a2", "b0", "b1", "b2"]);
-    produce(&s, "g", 0, &lines("a", 3..5), &[]);
-    produce(&s, "g", 1, &lines("b", 3..4), &[]);
+    produce_keyed(&s, "g", 0, &lines("a", 3..5), &[]);
+    produce_keyed(&s, "g", 1, &lines("b", 3..4), &[]);
     // Stops after one record of the batch: the commit covers only that one.
     let first = run("1");
     assert_eq!(first.len(), 1);
@@ -372,7 +313,7 @@ fn stops_on_sigint_and_closed_stdout() {
     let s = start_server();
     create_topic(&s, "big", 1);
     let big: Vec<String> = (0..3000).map(|i| format!("k:{i:0>100}")).collect();
-    produce(&s, "big", 0, &big, &[]);
+    produce_keyed(&s, "big", 0, &big, &[]);
 
     // `| head -n 1`: the reader goes away; exit 0 quietly.
     let mut child = Bg(Command::new(BIN)

@@ -9,60 +9,14 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{
-    create_topic, fails_with, free_port, ok, sluice, sluice_with_stdin, start_server, stderr,
-    Server, BIN,
+    create_topic, fails_with, free_port, ok, produce_keyed, sluice, start_server, stderr, Server,
+    BIN,
 };
 
-/// Produces `KEY:VALUE` lines to one partition (kcat when installed, else
-/// `sluice produce`).
+/// Produces `k{i}:v{i}` for `i` in `n` to one partition.
 fn produce(server: &Server, topic: &str, partition: i32, n: std::ops::Range<u32>) {
-    let input: String = n.map(|i| format!("k{i}:v{i}\n")).collect();
-    let kcat = Command::new("kcat")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    let p = partition.to_string();
-    let out = if kcat {
-        let mut child = Command::new("kcat")
-            .args(["-P", "-b", &server.addr, "-t", topic, "-K", ":", "-p", &p])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run kcat: {e}"));
-        {
-            use std::io::Write;
-            let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
-            stdin
-                .write_all(input.as_bytes())
-                .unwrap_or_else(|e| panic!("write to kcat: {e}"));
-        }
-        child
-            .wait_with_output()
-            .unwrap_or_else(|e| panic!("wait for kcat: {e}"))
-    } else {
-        sluice_with_stdin(
-            &[
-                "produce",
-                "--bootstrap-server",
-                &server.addr,
-                "--topic",
-                topic,
-                "--partition",
-                &p,
-                "--key-separator",
-                ":",
-            ],
-            input.as_bytes(),
-        )
-    };
-    assert!(
-        out.status.success(),
-        "producing failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let lines: Vec<String> = n.map(|i| format!("k{i}:v{i}")).collect();
+    produce_keyed(server, topic, partition, &lines, &[]);
 }
 
 fn group(server: &Server, args: &[&str]) -> Output {

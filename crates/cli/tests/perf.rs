@@ -66,6 +66,22 @@ fn count_records(server: &Server, topic: &str) -> usize {
     kcat_read(server, topic, "%p\n").len()
 }
 
+/// Checks a final summary line in Kafka's perf-test layout.
+fn assert_latency_line(last: &str) {
+    for part in [
+        " records/sec (",
+        " MB/sec), ",
+        " ms avg latency, ",
+        " ms max latency, ",
+        " ms 50th, ",
+        " ms 95th, ",
+        " ms 99th, ",
+    ] {
+        assert!(last.contains(part), "{part:?} missing: {last}");
+    }
+    assert!(last.ends_with(" ms 99.9th."), "{last}");
+}
+
 #[test]
 fn json_summary_and_all_records_arrive() {
     let s = start_server();
@@ -125,18 +141,7 @@ fn text_summary_and_compression() {
     ));
     let last = out.lines().last().unwrap_or("");
     assert!(last.starts_with("3000 records sent, "), "{out}");
-    for part in [
-        " records/sec (",
-        " MB/sec), ",
-        " ms avg latency, ",
-        " ms max latency, ",
-        " ms 50th, ",
-        " ms 95th, ",
-        " ms 99th, ",
-    ] {
-        assert!(last.contains(part), "{part:?} missing: {last}");
-    }
-    assert!(last.ends_with(" ms 99.9th."), "{last}");
+    assert_latency_line(last);
     if have_kcat("text_summary_and_compression") {
         assert_eq!(count_records(&s, "text"), 3000);
     }
@@ -537,18 +542,7 @@ fn e2e_latency() {
     ));
     let last = out.lines().last().unwrap_or("");
     assert!(last.starts_with("200 records received, "), "{out}");
-    for part in [
-        " records/sec (",
-        " MB/sec), ",
-        " ms avg latency, ",
-        " ms max latency, ",
-        " ms 50th, ",
-        " ms 95th, ",
-        " ms 99th, ",
-    ] {
-        assert!(last.contains(part), "{part:?} missing: {last}");
-    }
-    assert!(last.ends_with(" ms 99.9th."), "{last}");
+    assert_latency_line(last);
     if have_kcat("e2e_latency") {
         assert_eq!(count_records(&s, "lat"), 1700);
     }

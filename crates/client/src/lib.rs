@@ -74,6 +74,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod accumulator;
 pub mod admin;
 pub mod cluster;

@@ -189,3 +189,68 @@ pub fn kcat_read(server: &Server, topic: &str, format: &str) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// Produces `KEY:VALUE` lines to one partition (kcat when installed, else
+/// `sluice produce`), with `headers` (`K=V`) on every record.
+pub fn produce_keyed(
+    server: &Server,
+    topic: &str,
+    partition: i32,
+    lines: &[String],
+    headers: &[&str],
+) {
+    let mut input = lines.join("\n");
+    input.push('\n');
+    let kcat = Command::new("kcat")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let out = if kcat {
+        let mut cmd = Command::new("kcat");
+        cmd.args(["-P", "-b", &server.addr, "-t", topic, "-K", ":"])
+            .args(["-p", &partition.to_string()]);
+        for h in headers {
+            cmd.args(["-H", h]);
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run kcat: {e}"));
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap_or_else(|| panic!("no stdin"));
+            stdin
+                .write_all(input.as_bytes())
+                .unwrap_or_else(|e| panic!("write to kcat: {e}"));
+        }
+        child
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("wait for kcat: {e}"))
+    } else {
+        let p = partition.to_string();
+        let mut args = vec![
+            "produce",
+            "--bootstrap-server",
+            server.addr.as_str(),
+            "--topic",
+            topic,
+            "--partition",
+            &p,
+            "--key-separator",
+            ":",
+        ];
+        for h in headers {
+            args.extend_from_slice(&["--header", h]);
+        }
+        sluice_with_stdin(&args, input.as_bytes())
+    };
+    assert!(
+        out.status.success(),
+        "producing failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -419,6 +419,9 @@ impl GroupMember {
                         let mut st = self.link.state();
                         st.stable = true;
                         st.rejoin_needed = false;
+                        // A loss during this join is settled by the new
+                        // assignment (the caller diffs it with what it owns).
+                        st.lost = false;
                         st.last_poll = Instant::now();
                     }
                     self.heartbeat = Some(tokio::spawn(heartbeat_loop(

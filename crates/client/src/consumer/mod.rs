@@ -4,7 +4,7 @@
 //! commits; `seek`, `position`, `pause`/`resume`; a rebalance listener.
 //!
 //! Modules: [`config`] (settings and their Kafka names), [`assignor`] (the
-//! [`PartitionAssignor`](assignor::PartitionAssignor) trait and the range,
+//! [`PartitionAssignor`] trait and the range,
 //! roundrobin, sticky and cooperative-sticky assignors), `coordinator`
 //! (JoinGroup/SyncGroup/Heartbeat/LeaveGroup/OffsetCommit), `fetcher`
 //! (Fetch requests and record decoding), `buffer` (per-partition positions
