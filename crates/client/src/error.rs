@@ -70,6 +70,10 @@ pub enum ClientError {
         /// Why (no committed offset, or the position is out of range).
         reason: String,
     },
+    /// An offset commit cannot succeed because this member is not in the
+    /// group (Kafka's `CommitFailedException`): poll to rejoin first.
+    #[error("commit failed: {0}")]
+    CommitFailed(String),
     /// A produced record is larger than `buffer.memory` (or another
     /// producer size limit) and can never be sent.
     #[error("record of {size} bytes exceeds {limit_name} ({limit} bytes)")]
@@ -174,6 +178,7 @@ impl Clone for ClientError {
             ClientError::NoBrokerAvailable(s) => ClientError::NoBrokerAvailable(s.clone()),
             ClientError::Protocol(s) => ClientError::Protocol(s.clone()),
             ClientError::InvalidArgument(s) => ClientError::InvalidArgument(s.clone()),
+            ClientError::CommitFailed(s) => ClientError::CommitFailed(s.clone()),
             ClientError::UnsupportedVersion { api, addr } => ClientError::UnsupportedVersion {
                 api: api.clone(),
                 addr: addr.clone(),

@@ -568,6 +568,11 @@ async fn a_member_that_stops_polling_leaves_and_loses_its_partitions() {
         described[0].members.is_empty(),
         "the member left: {described:?}"
     );
+    // Out of the group: a commit fails instead of writing stale offsets.
+    assert!(
+        matches!(c.commit_sync().await, Err(ClientError::CommitFailed(_))),
+        "commit after removal must fail"
+    );
     // The next poll reports the partitions lost and rejoins.
     c.poll(Duration::from_millis(100)).await.expect("poll");
     while c.assignment().len() < 2 {
@@ -581,5 +586,62 @@ async fn a_member_that_stops_polling_leaves_and_loses_its_partitions() {
         "{events:?}"
     );
     c.close().await.expect("close");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn poll_with_a_zero_timeout_still_joins() {
+    let server = server().await;
+    server.create_topic("zero", 1).await;
+    let mut c = Consumer::new(config(&server, Some("zero-wait")))
+        .await
+        .expect("consumer");
+    c.subscribe(&["zero"]).expect("subscribe");
+    for _ in 0..100 {
+        c.poll(Duration::ZERO).await.expect("poll");
+        if !c.assignment().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(c.assignment().len(), 1);
+    c.close().await.expect("close");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_fenced_static_member_stops_with_an_error() {
+    let server = server().await;
+    server.create_topic("static", 2).await;
+    let mut cfg = config(&server, Some("statics"));
+    cfg.group_instance_id = Some("instance-1".into());
+    let mut first = Consumer::new(cfg.clone()).await.expect("consumer");
+    first.subscribe(&["static"]).expect("subscribe");
+    while first.assignment().len() < 2 {
+        first.poll(Duration::from_millis(100)).await.expect("poll");
+    }
+    // A second process with the same group.instance.id takes the slot.
+    let mut second = Consumer::new(cfg).await.expect("consumer");
+    second.subscribe(&["static"]).expect("subscribe");
+    while second.assignment().len() < 2 {
+        second.poll(Duration::from_millis(100)).await.expect("poll");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let error = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the first member was never fenced"
+        );
+        if let Err(e) = first.poll(Duration::from_millis(100)).await {
+            break e;
+        }
+    };
+    assert_eq!(error.code(), Some(82), "FENCED_INSTANCE_ID: {error}");
+    // Fatal: it stays fenced and does not fight for the slot.
+    let again = first.poll(Duration::from_millis(10)).await;
+    assert_eq!(again.err().and_then(|e| e.code()), Some(82));
+    second.poll(Duration::from_millis(300)).await.expect("poll");
+    assert_eq!(second.assignment().len(), 2);
+    second.close().await.expect("close");
     server.stop().await;
 }

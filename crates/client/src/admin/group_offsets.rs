@@ -69,6 +69,28 @@ impl Admin {
         group: &str,
         partitions: Option<&[TopicPartition]>,
     ) -> Result<BTreeMap<TopicPartition, OffsetAndMetadata>> {
+        self.group_offsets(group, partitions, false).await
+    }
+
+    /// The committed offsets a consumer starts from: like
+    /// [`Admin::list_consumer_group_offsets`], but with `require_stable`
+    /// (KIP-447: wait for pending transactional commits) and failing on any
+    /// partition error instead of skipping the partition
+    /// (`UNSTABLE_OFFSET_COMMIT` is retriable).
+    pub(crate) async fn consumer_group_offsets(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, OffsetAndMetadata>> {
+        self.group_offsets(group, Some(partitions), true).await
+    }
+
+    async fn group_offsets(
+        &self,
+        group: &str,
+        partitions: Option<&[TopicPartition]>,
+        strict: bool,
+    ) -> Result<BTreeMap<TopicPartition, OffsetAndMetadata>> {
         let wanted = partitions.map(by_topic);
         let wanted = &wanted;
         let (resp, version) = self
@@ -78,6 +100,9 @@ impl Admin {
                 OFFSET_FETCH_MAX,
                 |v| {
                     let mut req = OffsetFetchRequest::default();
+                    if v >= 7 {
+                        req.require_stable = strict;
+                    }
                     if v >= 8 {
                         let mut g = OffsetFetchRequestGroup::default();
                         g.group_id = GroupId(s(group));
@@ -186,6 +211,10 @@ impl Admin {
         let mut out = BTreeMap::new();
         for (tp, offset, code) in rows {
             if code != 0 {
+                if strict {
+                    let (topic, partition) = (&tp.topic, tp.partition);
+                    check(code, None, format!("{context}: {topic}-{partition}"))?;
+                }
                 if version < 2 {
                     // v1 has no group error field: this is the group's error.
                     check(code, None, context.clone())?;

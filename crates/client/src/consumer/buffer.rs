@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use super::fetcher::{self, FetchOutcome, FetchPlan, FetchedData};
 use super::{Consumer, ConsumerRecord, OffsetReset};
+use crate::cluster::Metadata;
 use crate::error::ClientError;
 use crate::TopicPartition;
 
@@ -162,7 +163,7 @@ impl Consumer {
 
     /// Sends a fetch to every leader with fetchable partitions and no fetch
     /// in flight.
-    pub(super) async fn send_fetches(&mut self) {
+    pub(super) fn send_fetches(&mut self, md: &Metadata) {
         let now = Instant::now();
         let threshold = self.config.max_poll_records;
         let fetchable: Vec<(TopicPartition, i64)> = self
@@ -180,7 +181,6 @@ impl Consumer {
         if fetchable.is_empty() {
             return;
         }
-        let md = self.cluster.metadata().await;
         let mut plans: BTreeMap<i32, FetchPlan> = BTreeMap::new();
         for (tp, offset) in fetchable {
             let Some(leader) = md.leader(&tp.topic, tp.partition) else {
@@ -204,6 +204,7 @@ impl Consumer {
             for (tp, _) in &plan.partitions {
                 if let Some(s) = self.partitions.get_mut(tp) {
                     s.in_flight = true;
+                    s.retry_after = None;
                 }
             }
             self.brokers_in_flight.insert(broker);

@@ -8,10 +8,14 @@
 //! long-polling fetch on the same broker never delays a heartbeat or a
 //! commit. State shared with the heartbeat task and with asynchronous commits
 //! lives in [`Link`]; the heartbeat task never changes the assignment, it
-//! only flags that a rejoin is needed and wakes `poll`.
+//! only flags that a rejoin is needed and wakes `poll`. Commits are queued
+//! to one worker task so they reach the coordinator in call order. Only
+//! JoinGroup and SyncGroup wait longer than `request.timeout.ms` (up to the
+//! rebalance timeout); a response about an older generation never resets a
+//! newer one, and `FENCED_INSTANCE_ID` is fatal.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use proto_kafka::messages::join_group_request::JoinGroupRequestProtocol;
@@ -20,12 +24,13 @@ use proto_kafka::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
 use proto_kafka::messages::sync_group_request::SyncGroupRequestAssignment;
+use proto_kafka::messages::ApiKey;
 use proto_kafka::messages::{
     GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
     OffsetCommitRequest, SyncGroupRequest, TopicName,
 };
-use proto_kafka::protocol::StrBytes;
-use tokio::sync::{Mutex, Notify};
+use proto_kafka::protocol::{Request, StrBytes};
+use tokio::sync::{mpsc, oneshot, Mutex, Notify};
 use tokio::task::JoinHandle;
 
 use crate::admin::{Admin, OffsetAndMetadata};
@@ -62,10 +67,7 @@ fn coordinator_moved(code: i16) -> bool {
 }
 
 fn membership_lost(code: i16) -> bool {
-    matches!(
-        code,
-        UNKNOWN_MEMBER_ID | ILLEGAL_GENERATION | FENCED_INSTANCE_ID
-    )
+    matches!(code, UNKNOWN_MEMBER_ID | ILLEGAL_GENERATION)
 }
 
 fn s(v: &str) -> StrBytes {
@@ -87,6 +89,21 @@ pub(crate) struct MemberState {
     pub lost: bool,
     /// Last time the application called `poll`.
     pub last_poll: Instant,
+    /// The consumer subscribed (group management); commits then need a
+    /// live generation.
+    pub subscribed: bool,
+    /// A fatal error (`FENCED_INSTANCE_ID`): the member stops for good.
+    pub fatal: Option<ClientError>,
+}
+
+/// One commit for the in-order commit queue.
+#[derive(Debug)]
+struct CommitJob {
+    offsets: BTreeMap<TopicPartition, OffsetAndMetadata>,
+    /// Retry retriable failures (synchronous commits); asynchronous ones
+    /// are sent once, as in Kafka.
+    retry: bool,
+    done: oneshot::Sender<Result<()>>,
 }
 
 /// What heartbeats and commits need: the coordinator connection and the
@@ -103,6 +120,8 @@ pub(crate) struct Link {
     pub wake: Notify,
     retries: u32,
     backoff: Duration,
+    /// Commits are sent one at a time, in call order, by one task.
+    commits: StdMutex<Option<mpsc::UnboundedSender<CommitJob>>>,
 }
 
 impl Link {
@@ -128,6 +147,98 @@ impl Link {
     /// Forgets the coordinator (it moved or its connection failed).
     async fn coordinator_lost(&self) {
         *self.conn.lock().await = None;
+    }
+
+    /// Sends one request to the coordinator: the version is negotiated on
+    /// its connection, `build` makes the request for it, and the response
+    /// must arrive within `timeout` (the request timeout when `None`). A
+    /// transport failure forgets the coordinator.
+    async fn request<R: Request>(
+        &self,
+        our_max: i16,
+        timeout: Option<Duration>,
+        build: impl FnOnce(i16) -> R,
+    ) -> Result<R::Response> {
+        let conn = self.connection().await?;
+        let key = ApiKey::try_from(R::KEY)
+            .map_err(|()| ClientError::Protocol(format!("unknown API key {}", R::KEY)))?;
+        let pending = {
+            let c = conn.lock().await;
+            let version = c.version_for(key, our_max)?;
+            let req = build(version);
+            match timeout {
+                Some(t) => c.send_request_timeout(&req, version, t).await,
+                None => c.send_request(&req, version).await,
+            }
+        };
+        let r = match pending {
+            Ok(p) => p.wait().await,
+            Err(e) => Err(e),
+        };
+        if matches!(r, Err(ClientError::Io { .. } | ClientError::Timeout { .. })) {
+            self.coordinator_lost().await;
+        }
+        r
+    }
+
+    /// Another instance took this member's `group.instance.id`: stop for
+    /// good (Kafka treats `FENCED_INSTANCE_ID` as fatal).
+    fn fence(&self, context: &str) -> ClientError {
+        let e = ClientError::from_code(
+            FENCED_INSTANCE_ID,
+            Some(format!(
+                "another consumer with group.instance.id {:?} joined group {}",
+                self.instance_id.as_deref().unwrap_or_default(),
+                self.group_id
+            )),
+            context,
+        )
+        .unwrap_or_else(|| ClientError::Protocol("fenced".into()));
+        let mut st = self.state();
+        st.fatal = Some(e.clone());
+        st.stable = false;
+        drop(st);
+        self.wake.notify_one();
+        e
+    }
+
+    /// Resets the member when the coordinator no longer knows it, unless a
+    /// newer generation was joined since `generation` was sent.
+    fn reset_if_generation(&self, generation: i32) {
+        if self.state().generation == generation {
+            self.reset_generation();
+            self.wake.notify_one();
+        }
+    }
+
+    /// Queues a commit; commits go out one at a time in call order.
+    pub(crate) fn commit_in_order(
+        self: &Arc<Self>,
+        offsets: BTreeMap<TopicPartition, OffsetAndMetadata>,
+        retry: bool,
+    ) -> oneshot::Receiver<Result<()>> {
+        let (done, rx) = oneshot::channel();
+        let mut job = CommitJob {
+            offsets,
+            retry,
+            done,
+        };
+        let mut queue = self.commits.lock().unwrap_or_else(PoisonError::into_inner);
+        for _ in 0..2 {
+            let tx = queue.get_or_insert_with(|| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                tokio::spawn(commit_worker(Arc::downgrade(self), rx));
+                tx
+            });
+            match tx.send(job) {
+                Ok(()) => break,
+                Err(mpsc::error::SendError(j)) => {
+                    job = j;
+                    *queue = None;
+                }
+            }
+        }
+        rx
     }
 
     fn reset_generation(&self) {
@@ -174,6 +285,9 @@ impl Link {
     ) -> Result<()> {
         let (generation, member_id) = {
             let st = self.state();
+            if let Some(e) = &st.fatal {
+                return Err(e.clone());
+            }
             if st.stable {
                 (st.generation, st.member_id.clone())
             } else if st.generation >= 0 {
@@ -183,6 +297,12 @@ impl Link {
                     format!("commit offsets of group {}", self.group_id),
                 )
                 .unwrap_or_else(|| ClientError::Protocol("rebalance".into())));
+            } else if st.subscribed {
+                return Err(ClientError::CommitFailed(format!(
+                    "group {}: this member is not in the group (it was removed or has not \
+                     joined yet); poll to rejoin, then commit",
+                    self.group_id
+                )));
             } else {
                 (-1, String::new())
             }
@@ -210,27 +330,17 @@ impl Link {
             t.partitions = partitions;
             req.topics.push(t);
         }
-        let conn = self.connection().await?;
-        let resp = conn
-            .lock()
-            .await
-            .send_negotiated(&req, OFFSET_COMMIT_MAX)
-            .await;
-        let (resp, _) = match resp {
-            Ok(r) => r,
-            Err(e) => {
-                self.coordinator_lost().await;
-                return Err(e);
-            }
-        };
+        let resp = self.request(OFFSET_COMMIT_MAX, None, |_| req).await?;
         for t in &resp.topics {
             for p in &t.partitions {
                 if p.error_code == 0 {
                     continue;
                 }
+                if p.error_code == FENCED_INSTANCE_ID {
+                    return Err(self.fence("commit offsets"));
+                }
                 if membership_lost(p.error_code) {
-                    self.reset_generation();
-                    self.wake.notify_one();
+                    self.reset_if_generation(generation);
                 } else if p.error_code == REBALANCE_IN_PROGRESS {
                     self.state().rejoin_needed = true;
                     self.wake.notify_one();
@@ -262,30 +372,49 @@ impl Link {
         if self.instance_id.is_some() {
             return;
         }
-        let Ok(conn) = self.connection().await else {
-            return;
-        };
-        let mut conn = conn.lock().await;
-        let Ok(version) =
-            conn.version_for(proto_kafka::messages::ApiKey::LeaveGroup, LEAVE_GROUP_MAX)
-        else {
-            return;
-        };
-        let mut req = LeaveGroupRequest::default();
-        req.group_id = GroupId(s(&self.group_id));
-        if version >= 3 {
-            let mut m = MemberIdentity::default();
-            m.member_id = s(&member_id);
-            if version >= 5 {
-                m.reason = Some(s(reason));
-            }
-            req.members.push(m);
-        } else {
-            req.member_id = s(&member_id);
-        }
-        if let Err(e) = conn.send(&req, version).await {
+        let group_id = GroupId(s(&self.group_id));
+        let r = self
+            .request(LEAVE_GROUP_MAX, None, |version| {
+                let mut req = LeaveGroupRequest::default();
+                req.group_id = group_id;
+                if version >= 3 {
+                    let mut m = MemberIdentity::default();
+                    m.member_id = s(&member_id);
+                    if version >= 5 {
+                        m.reason = Some(s(reason));
+                    }
+                    req.members.push(m);
+                } else {
+                    req.member_id = s(&member_id);
+                }
+                req
+            })
+            .await;
+        if let Err(e) = r {
             tracing::debug!(error = %e, group = %self.group_id, "LeaveGroup failed");
         }
+    }
+}
+
+/// Sends queued commits one at a time (so they land in call order) until
+/// the consumer is gone.
+async fn commit_worker(link: Weak<Link>, mut jobs: mpsc::UnboundedReceiver<CommitJob>) {
+    while let Some(job) = jobs.recv().await {
+        let Some(link) = link.upgrade() else {
+            let _ = job.done.send(Err(ClientError::InvalidArgument(
+                "consumer is closed".into(),
+            )));
+            continue;
+        };
+        let r = if job.retry {
+            link.commit(&job.offsets).await
+        } else if job.offsets.is_empty() {
+            Ok(())
+        } else {
+            link.commit_once(&job.offsets).await
+        };
+        drop(link);
+        let _ = job.done.send(r);
     }
 }
 
@@ -323,16 +452,11 @@ impl Drop for GroupMember {
 impl GroupMember {
     /// A member of `config.group_id` (which must be set).
     pub(crate) fn new(config: &ConsumerConfig, cluster: Arc<Cluster>, group_id: &str) -> Self {
-        let mut connection = config.client.connection.clone();
-        // JoinGroup may be held for the whole rebalance timeout.
-        connection.request_timeout = connection
-            .request_timeout
-            .max(config.max_poll_interval + Duration::from_secs(5));
         let link = Arc::new(Link {
             group_id: group_id.to_string(),
             instance_id: config.group_instance_id.clone(),
             admin: Admin::from_cluster(cluster.clone()),
-            connection,
+            connection: config.client.connection.clone(),
             conn: Mutex::new(None),
             state: StdMutex::new(MemberState {
                 member_id: String::new(),
@@ -341,10 +465,13 @@ impl GroupMember {
                 rejoin_needed: true,
                 lost: false,
                 last_poll: Instant::now(),
+                subscribed: false,
+                fatal: None,
             }),
             wake: Notify::new(),
             retries: config.client.retries,
             backoff: config.client.retry_backoff,
+            commits: StdMutex::new(None),
         });
         GroupMember {
             link,
@@ -367,7 +494,7 @@ impl GroupMember {
     /// Whether a (re)join is needed before fetching.
     pub(crate) fn needs_join(&self) -> bool {
         let st = self.link.state();
-        st.rejoin_needed || !st.stable
+        st.fatal.is_none() && (st.rejoin_needed || !st.stable)
     }
 
     /// Asks for a rejoin at the next poll (subscription or metadata change).
@@ -410,9 +537,7 @@ impl GroupMember {
         self.stop_heartbeat();
         let mut backoff = self.link.backoff;
         loop {
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
+            // At least one attempt, even with a zero timeout.
             match self.join_once(topics, owned).await {
                 Ok(Some(joined)) => {
                     {
@@ -441,6 +566,9 @@ impl GroupMember {
                     }
                 }
                 Err(e) => return Err(e),
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
             }
             tokio::time::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())))
                 .await;
@@ -477,15 +605,16 @@ impl GroupMember {
             p.metadata = encode_subscription(&sub, SUBSCRIPTION_VERSION)?;
             req.protocols.push(p);
         }
-        let conn = self.link.connection().await?;
-        let (resp, _): (JoinGroupResponse, i16) = conn
-            .lock()
-            .await
-            .send_negotiated(&req, JOIN_GROUP_MAX)
+        // The coordinator holds JoinGroup for up to the rebalance timeout.
+        let join_timeout = self.rebalance_timeout + Duration::from_secs(5);
+        let resp: JoinGroupResponse = self
+            .link
+            .request(JOIN_GROUP_MAX, Some(join_timeout), |_| req)
             .await?;
         let group = self.link.group_id.clone();
         match resp.error_code {
             0 => {}
+            FENCED_INSTANCE_ID => return Err(self.link.fence("join group")),
             MEMBER_ID_REQUIRED => {
                 self.link.state().member_id = resp.member_id.as_str().to_string();
                 return Ok(None);
@@ -531,13 +660,13 @@ impl GroupMember {
         sync.protocol_type = Some(s("consumer"));
         sync.protocol_name = Some(s(&protocol));
         sync.assignments = assignments;
-        let (sresp, _) = conn
-            .lock()
-            .await
-            .send_negotiated(&sync, SYNC_GROUP_MAX)
+        let sresp = self
+            .link
+            .request(SYNC_GROUP_MAX, Some(join_timeout), |_| sync)
             .await?;
         match sresp.error_code {
             0 => {}
+            FENCED_INSTANCE_ID => return Err(self.link.fence("sync group")),
             REBALANCE_IN_PROGRESS => return Ok(None),
             code if membership_lost(code) => {
                 self.link.reset_generation();
@@ -663,33 +792,25 @@ async fn heartbeat_loop(link: Arc<Link>, interval: Duration, max_poll_interval: 
         req.generation_id = generation;
         req.member_id = s(&member_id);
         req.group_instance_id = link.instance_id.as_deref().map(s);
-        let conn = match link.connection().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::debug!(error = %e, "heartbeat: no coordinator");
-                continue;
-            }
-        };
-        let resp = conn.lock().await.send_negotiated(&req, HEARTBEAT_MAX).await;
-        match resp {
-            Ok((r, _)) => match r.error_code {
+        match link.request(HEARTBEAT_MAX, None, |_| req).await {
+            Ok(r) => match r.error_code {
                 0 => {}
                 REBALANCE_IN_PROGRESS => {
                     link.state().rejoin_needed = true;
                     link.wake.notify_one();
                 }
+                FENCED_INSTANCE_ID => {
+                    link.fence("heartbeat");
+                    return;
+                }
                 code if membership_lost(code) => {
-                    link.reset_generation();
-                    link.wake.notify_one();
+                    link.reset_if_generation(generation);
                     return;
                 }
                 code if coordinator_moved(code) => link.coordinator_lost().await,
                 code => tracing::warn!(code, group = %link.group_id, "heartbeat error"),
             },
-            Err(e) => {
-                tracing::debug!(error = %e, "heartbeat failed");
-                link.coordinator_lost().await;
-            }
+            Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
         }
     }
 }

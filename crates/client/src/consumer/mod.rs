@@ -19,6 +19,18 @@
 //! connections owned by the consumer; a partition whose buffer already holds
 //! `max.poll.records` records is not fetched again until it drains.
 //!
+//! Commits (sync, async and automatic) go through one queue per consumer
+//! and reach the coordinator one at a time in call order; asynchronous ones
+//! are not retried (a retry could land after a newer commit). A member that
+//! was removed from the group gets [`ClientError::CommitFailed`]; a static
+//! member fenced by another instance with its `group.instance.id` gets
+//! `FENCED_INSTANCE_ID` from every later call.
+//!
+//! Difference from the Java client: while a rebalance is in progress `poll`
+//! waits in JoinGroup/SyncGroup (the broker holds them until every member
+//! joined) and returns no records, also under the cooperative protocol,
+//! where Java keeps returning records of the partitions it keeps.
+//!
 //! ```no_run
 //! # async fn demo() -> sluice_client::Result<()> {
 //! use std::time::Duration;
@@ -53,7 +65,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 
 pub use crate::admin::{IsolationLevel, OffsetAndMetadata};
 pub use assignor::{PartitionAssignor, RebalanceProtocol};
@@ -117,22 +129,24 @@ pub trait RebalanceListener: Send {
 /// drop it to ignore the result (the commit still completes).
 #[derive(Debug)]
 pub struct CommitFuture {
-    task: Option<JoinHandle<Result<()>>>,
+    rx: Option<oneshot::Receiver<Result<()>>>,
 }
 
 impl Future for CommitFuture {
     type Output = Result<()>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        let Some(task) = self.task.as_mut() else {
+        let Some(rx) = self.rx.as_mut() else {
             return Poll::Ready(Ok(()));
         };
-        match Pin::new(task).poll(cx) {
+        match Pin::new(rx).poll(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(r) => {
-                self.task = None;
-                Poll::Ready(r.unwrap_or_else(|e| {
-                    Err(ClientError::Protocol(format!("commit task failed: {e}")))
+                self.rx = None;
+                Poll::Ready(r.unwrap_or_else(|_| {
+                    Err(ClientError::InvalidArgument(
+                        "consumer dropped before the commit completed".into(),
+                    ))
                 }))
             }
         }
@@ -164,7 +178,11 @@ pub struct Consumer {
     brokers_in_flight: HashSet<i32>,
     settings: FetchSettings,
     next_auto_commit: Instant,
-    auto_commit: Option<JoinHandle<Result<()>>>,
+    /// The outstanding auto commit, if any.
+    auto_commit: Option<oneshot::Receiver<Result<()>>>,
+    /// Commit (with auto commit) before the next join: set when a join
+    /// completes, so a join spanning several polls commits once.
+    join_prepare: bool,
     last_metadata: Instant,
     metadata_stale: bool,
     /// Rotates which partition `poll` drains first.
@@ -226,6 +244,7 @@ impl Consumer {
             brokers_in_flight: HashSet::new(),
             settings,
             auto_commit: None,
+            join_prepare: true,
             last_metadata: Instant::now(),
             metadata_stale: false,
             drain_start: 0,
@@ -283,6 +302,7 @@ impl Consumer {
         self.topics = topics.iter().map(|t| (*t).to_string()).collect();
         self.subscription = Subscription::Topics;
         if let Some(g) = &self.group {
+            g.link().state().subscribed = true;
             g.request_rejoin();
         }
         Ok(())
@@ -308,6 +328,7 @@ impl Consumer {
         self.metadata_stale = true;
         self.last_metadata = Instant::now() - self.config.metadata_max_age;
         if let Some(g) = &self.group {
+            g.link().state().subscribed = true;
             g.request_rejoin();
         }
         Ok(())
@@ -352,6 +373,9 @@ impl Consumer {
         self.subscription = Subscription::None;
         self.topics.clear();
         self.partitions.clear();
+        if let Some(g) = &self.group {
+            g.link().state().subscribed = false;
+        }
         Ok(())
     }
 
@@ -508,16 +532,33 @@ impl Consumer {
         &mut self,
         offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
     ) -> Result<()> {
-        self.link()?.commit(offsets).await
+        self.commit_ordered(offsets.clone(), true).await
+    }
+
+    /// Queues a commit behind earlier ones; the future gives its outcome.
+    /// (Not an `async fn`: the consumer is not borrowed while it waits.)
+    fn commit_ordered(
+        &self,
+        offsets: BTreeMap<TopicPartition, OffsetAndMetadata>,
+        retry: bool,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let rx = self.link().map(|l| l.commit_in_order(offsets, retry));
+        async move {
+            match rx {
+                Ok(rx) => CommitFuture { rx: Some(rx) }.await,
+                Err(e) => Err(e),
+            }
+        }
     }
 
     /// Starts committing the current positions; the returned future gives
-    /// the result. Commits are sent in call order.
+    /// the result (dropping it does not cancel the commit). Commits are sent
+    /// in call order, one at a time; an asynchronous commit is not retried
+    /// (as in Kafka: a retry could overwrite a newer commit).
     pub fn commit_async(&mut self) -> Result<CommitFuture> {
         let link = self.link()?;
-        let offsets = self.positions();
         Ok(CommitFuture {
-            task: Some(tokio::spawn(async move { link.commit(&offsets).await })),
+            rx: Some(link.commit_in_order(self.positions(), false)),
         })
     }
 
@@ -567,6 +608,13 @@ impl Consumer {
             if let Some(e) = self.pending_error.take() {
                 return Err(e);
             }
+            if let Some(e) = self
+                .group
+                .as_ref()
+                .and_then(|g| g.link().state().fatal.clone())
+            {
+                return Err(e);
+            }
             if let Some(g) = &self.group {
                 g.polled();
             }
@@ -579,8 +627,11 @@ impl Consumer {
             while let Ok(outcome) = self.fetch_rx.try_recv() {
                 self.handle_fetch(outcome);
             }
+            // No await between taking records and returning them: a poll
+            // cancelled here must not lose records.
+            let metadata = self.cluster.metadata().await;
             let records = self.drain();
-            self.send_fetches().await;
+            self.send_fetches(&metadata);
             if !records.is_empty() {
                 return Ok(records);
             }
@@ -595,8 +646,15 @@ impl Consumer {
             if self.config.auto_commit() {
                 wake_at = wake_at.min(self.next_auto_commit);
             }
-            if let Some(retry) = self.partitions.values().filter_map(|s| s.retry_after).min() {
-                wake_at = wake_at.min(retry.max(now + Duration::from_millis(1)));
+            if let Some(retry) = self
+                .partitions
+                .values()
+                .filter(|s| !s.paused && !s.in_flight)
+                .filter_map(|s| s.retry_after)
+                .filter(|t| *t > now)
+                .min()
+            {
+                wake_at = wake_at.min(retry);
             }
             let link = self.group.as_ref().map(|g| g.link().clone());
             let rejoin = async {
@@ -697,9 +755,11 @@ impl Consumer {
         }
         // onJoinPrepare: commit, then revoke (everything when eager; only
         // unsubscribed topics when cooperative).
-        if self.config.auto_commit() && !self.partitions.is_empty() {
-            let offsets = self.positions();
-            if let Err(e) = self.link()?.commit(&offsets).await {
+        if std::mem::take(&mut self.join_prepare)
+            && self.config.auto_commit()
+            && !self.partitions.is_empty()
+        {
+            if let Err(e) = self.commit_ordered(self.positions(), true).await {
                 tracing::warn!(error = %e, "auto commit before rebalance failed");
             }
         }
@@ -724,6 +784,7 @@ impl Consumer {
         let Some(joined) = group.join(&topics, &owned, deadline).await? else {
             return Ok(false);
         };
+        self.join_prepare = true;
         let new: BTreeSet<TopicPartition> = joined.assignment.into_iter().collect();
         let old: BTreeSet<TopicPartition> = self.partitions.keys().cloned().collect();
         let revoked: Vec<TopicPartition> = old.difference(&new).cloned().collect();
@@ -751,21 +812,19 @@ impl Consumer {
             return;
         }
         self.next_auto_commit = Instant::now() + self.config.auto_commit_interval;
-        if self.auto_commit.as_ref().is_some_and(|t| !t.is_finished()) {
-            return;
+        if let Some(rx) = self.auto_commit.as_mut() {
+            match rx.try_recv() {
+                Err(oneshot::error::TryRecvError::Empty) => return,
+                Ok(Err(e)) => tracing::warn!(error = %e, "auto commit failed"),
+                _ => {}
+            }
         }
         let offsets = self.positions();
         if offsets.is_empty() {
             return;
         }
         if let Ok(link) = self.link() {
-            self.auto_commit = Some(tokio::spawn(async move {
-                let r = link.commit(&offsets).await;
-                if let Err(e) = &r {
-                    tracing::warn!(error = %e, "auto commit failed");
-                }
-                r
-            }));
+            self.auto_commit = Some(link.commit_in_order(offsets, false));
         }
     }
 
@@ -780,11 +839,17 @@ impl Consumer {
             .collect();
         if !unknown.is_empty() {
             let committed = match &self.config.group_id {
-                Some(group) => {
-                    self.admin
-                        .list_consumer_group_offsets(group, Some(&unknown))
-                        .await?
-                }
+                Some(group) => match self.admin.consumer_group_offsets(group, &unknown).await {
+                    Ok(c) => c,
+                    // UNSTABLE_OFFSET_COMMIT, a moving coordinator: the
+                    // positions stay unknown and the next round retries.
+                    Err(e) if e.is_retriable() => {
+                        tracing::debug!(error = %e, "committed offsets not available yet");
+                        tokio::time::sleep(self.config.client.retry_backoff).await;
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                },
                 None => BTreeMap::new(),
             };
             for tp in unknown {
@@ -838,23 +903,29 @@ impl Consumer {
     }
 
     async fn leave_group(&mut self, reason: &str) {
-        if self.group.is_none() {
+        let Some(group) = &self.group else {
             return;
-        }
-        if self.config.auto_commit() && !self.partitions.is_empty() {
-            let offsets = self.positions();
-            if let Ok(link) = self.link() {
-                if let Err(e) = link.commit(&offsets).await {
-                    tracing::warn!(error = %e, "final auto commit failed");
-                }
+        };
+        // Out of the group already (removed, or never joined): the
+        // partitions are lost, and committing would fail.
+        let member = group.generation().0 >= 0;
+        if member && self.config.auto_commit() && !self.partitions.is_empty() {
+            if let Err(e) = self.commit_ordered(self.positions(), true).await {
+                tracing::warn!(error = %e, "final auto commit failed");
             }
         }
         let owned: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
         if !owned.is_empty() {
-            self.notify_listener(ListenerCall::Revoked, &owned);
+            let call = if member {
+                ListenerCall::Revoked
+            } else {
+                ListenerCall::Lost
+            };
+            self.notify_listener(call, &owned);
         }
         if let Some(g) = self.group.as_mut() {
             g.leave(reason).await;
+            g.link().state().subscribed = false;
         }
     }
 
@@ -863,8 +934,8 @@ impl Consumer {
         if self.closed {
             return Ok(());
         }
-        if let Some(t) = self.auto_commit.take() {
-            let _ = t.await;
+        if let Some(rx) = self.auto_commit.take() {
+            let _ = rx.await;
         }
         if matches!(
             self.subscription,
@@ -872,8 +943,7 @@ impl Consumer {
         ) {
             self.leave_group("the consumer is being closed").await;
         } else if self.config.auto_commit() && !self.partitions.is_empty() {
-            let offsets = self.positions();
-            self.link()?.commit(&offsets).await?;
+            self.commit_ordered(self.positions(), true).await?;
         }
         self.closed = true;
         self.partitions.clear();
