@@ -14,63 +14,55 @@
 //! rebalance timeout); a response about an older generation never resets a
 //! newer one, and `FENCED_INSTANCE_ID` is fatal.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use proto_kafka::messages::join_group_request::JoinGroupRequestProtocol;
 use proto_kafka::messages::leave_group_request::MemberIdentity;
 use proto_kafka::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
-use proto_kafka::messages::sync_group_request::SyncGroupRequestAssignment;
 use proto_kafka::messages::ApiKey;
 use proto_kafka::messages::{
-    GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
-    OffsetCommitRequest, SyncGroupRequest, TopicName,
+    GroupId, HeartbeatRequest, LeaveGroupRequest, OffsetCommitRequest, TopicName,
 };
 use proto_kafka::protocol::{Request, StrBytes};
 use tokio::sync::{mpsc, oneshot, Mutex, Notify};
-use tokio::task::JoinHandle;
 
 use crate::admin::{Admin, OffsetAndMetadata};
 use crate::cluster::Cluster;
 use crate::connection::{Connection, ConnectionConfig};
-use crate::consumer::assignor::{
-    decode_assignment, decode_subscription, encode_assignment, encode_subscription,
-    PartitionAssignor, Subscription,
-};
 use crate::consumer::config::ConsumerConfig;
 use crate::error::{ClientError, Result};
 use crate::TopicPartition;
 
-const JOIN_GROUP_MAX: i16 = 9;
-const SYNC_GROUP_MAX: i16 = 5;
-const HEARTBEAT_MAX: i16 = 4;
-const LEAVE_GROUP_MAX: i16 = 5;
-const OFFSET_COMMIT_MAX: i16 = 9;
+pub(super) const JOIN_GROUP_MAX: i16 = 9;
+pub(super) const SYNC_GROUP_MAX: i16 = 5;
+pub(super) const HEARTBEAT_MAX: i16 = 4;
+pub(super) const LEAVE_GROUP_MAX: i16 = 5;
+pub(super) const OFFSET_COMMIT_MAX: i16 = 9;
 /// ConsumerProtocolSubscription version sent (v3 carries owned partitions,
 /// generation and rack; older readers ignore the tail).
-const SUBSCRIPTION_VERSION: i16 = 3;
+pub(super) const SUBSCRIPTION_VERSION: i16 = 3;
 
-const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-const NOT_COORDINATOR: i16 = 16;
-const ILLEGAL_GENERATION: i16 = 22;
-const UNKNOWN_MEMBER_ID: i16 = 25;
-const REBALANCE_IN_PROGRESS: i16 = 27;
-const MEMBER_ID_REQUIRED: i16 = 79;
-const FENCED_INSTANCE_ID: i16 = 82;
+pub(super) const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+pub(super) const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+pub(super) const NOT_COORDINATOR: i16 = 16;
+pub(super) const ILLEGAL_GENERATION: i16 = 22;
+pub(super) const UNKNOWN_MEMBER_ID: i16 = 25;
+pub(super) const REBALANCE_IN_PROGRESS: i16 = 27;
+pub(super) const MEMBER_ID_REQUIRED: i16 = 79;
+pub(super) const FENCED_INSTANCE_ID: i16 = 82;
 
-fn coordinator_moved(code: i16) -> bool {
+pub(super) fn coordinator_moved(code: i16) -> bool {
     matches!(code, COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR)
 }
 
-fn membership_lost(code: i16) -> bool {
+pub(super) fn membership_lost(code: i16) -> bool {
     matches!(code, UNKNOWN_MEMBER_ID | ILLEGAL_GENERATION)
 }
 
-fn s(v: &str) -> StrBytes {
+pub(super) fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }
 
@@ -110,8 +102,8 @@ struct CommitJob {
 /// member state.
 #[derive(Debug)]
 pub(crate) struct Link {
-    group_id: String,
-    instance_id: Option<String>,
+    pub(super) group_id: String,
+    pub(super) instance_id: Option<String>,
     admin: Admin,
     connection: ConnectionConfig,
     conn: Mutex<Option<Arc<Mutex<Connection>>>>,
@@ -119,12 +111,37 @@ pub(crate) struct Link {
     /// Woken when the heartbeat task flags a rejoin.
     pub wake: Notify,
     retries: u32,
-    backoff: Duration,
+    pub(super) backoff: Duration,
     /// Commits are sent one at a time, in call order, by one task.
     commits: StdMutex<Option<mpsc::UnboundedSender<CommitJob>>>,
 }
 
 impl Link {
+    /// The link of a new member of `group_id`.
+    pub(super) fn new(config: &ConsumerConfig, cluster: Arc<Cluster>, group_id: &str) -> Arc<Self> {
+        Arc::new(Link {
+            group_id: group_id.to_string(),
+            instance_id: config.group_instance_id.clone(),
+            admin: Admin::from_cluster(cluster),
+            connection: config.client.connection.clone(),
+            conn: Mutex::new(None),
+            state: StdMutex::new(MemberState {
+                member_id: String::new(),
+                generation: -1,
+                stable: false,
+                rejoin_needed: true,
+                lost: false,
+                last_poll: Instant::now(),
+                subscribed: false,
+                fatal: None,
+            }),
+            wake: Notify::new(),
+            retries: config.client.retries,
+            backoff: config.client.retry_backoff,
+            commits: StdMutex::new(None),
+        })
+    }
+
     pub(crate) fn state(&self) -> MutexGuard<'_, MemberState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -145,7 +162,7 @@ impl Link {
     }
 
     /// Forgets the coordinator (it moved or its connection failed).
-    async fn coordinator_lost(&self) {
+    pub(super) async fn coordinator_lost(&self) {
         *self.conn.lock().await = None;
     }
 
@@ -153,7 +170,7 @@ impl Link {
     /// its connection, `build` makes the request for it, and the response
     /// must arrive within `timeout` (the request timeout when `None`). A
     /// transport failure forgets the coordinator.
-    async fn request<R: Request>(
+    pub(super) async fn request<R: Request>(
         &self,
         our_max: i16,
         timeout: Option<Duration>,
@@ -183,7 +200,7 @@ impl Link {
 
     /// Another instance took this member's `group.instance.id`: stop for
     /// good (Kafka treats `FENCED_INSTANCE_ID` as fatal).
-    fn fence(&self, context: &str) -> ClientError {
+    pub(super) fn fence(&self, context: &str) -> ClientError {
         let e = ClientError::from_code(
             FENCED_INSTANCE_ID,
             Some(format!(
@@ -241,7 +258,7 @@ impl Link {
         rx
     }
 
-    fn reset_generation(&self) {
+    pub(super) fn reset_generation(&self) {
         let mut st = self.state();
         st.generation = -1;
         st.member_id.clear();
@@ -361,7 +378,7 @@ impl Link {
 
     /// Sends LeaveGroup for this member (dynamic members only; a static
     /// member keeps its slot until its session times out, as in Kafka).
-    async fn leave(&self, reason: &str) {
+    pub(super) async fn leave(&self, reason: &str) {
         let member_id = {
             let st = self.state();
             if st.member_id.is_empty() {
@@ -418,347 +435,7 @@ async fn commit_worker(link: Weak<Link>, mut jobs: mpsc::UnboundedReceiver<Commi
     }
 }
 
-/// The result of a completed join.
-#[derive(Debug)]
-pub(crate) struct Joined {
-    /// The partitions assigned to this member.
-    pub assignment: Vec<TopicPartition>,
-}
-
-/// The consumer's side of the group protocol.
-#[derive(Debug)]
-pub(crate) struct GroupMember {
-    link: Arc<Link>,
-    cluster: Arc<Cluster>,
-    assignors: Vec<Arc<dyn PartitionAssignor>>,
-    session_timeout: Duration,
-    rebalance_timeout: Duration,
-    heartbeat_interval: Duration,
-    client_rack: Option<String>,
-    heartbeat: Option<JoinHandle<()>>,
-    /// Leader only: partition counts of every topic the group subscribes to,
-    /// as used for the last assignment (a change triggers a rejoin).
-    pub leader_snapshot: Option<BTreeMap<String, i32>>,
-}
-
-impl Drop for GroupMember {
-    fn drop(&mut self) {
-        if let Some(h) = self.heartbeat.take() {
-            h.abort();
-        }
-    }
-}
-
-impl GroupMember {
-    /// A member of `config.group_id` (which must be set).
-    pub(crate) fn new(config: &ConsumerConfig, cluster: Arc<Cluster>, group_id: &str) -> Self {
-        let link = Arc::new(Link {
-            group_id: group_id.to_string(),
-            instance_id: config.group_instance_id.clone(),
-            admin: Admin::from_cluster(cluster.clone()),
-            connection: config.client.connection.clone(),
-            conn: Mutex::new(None),
-            state: StdMutex::new(MemberState {
-                member_id: String::new(),
-                generation: -1,
-                stable: false,
-                rejoin_needed: true,
-                lost: false,
-                last_poll: Instant::now(),
-                subscribed: false,
-                fatal: None,
-            }),
-            wake: Notify::new(),
-            retries: config.client.retries,
-            backoff: config.client.retry_backoff,
-            commits: StdMutex::new(None),
-        });
-        GroupMember {
-            link,
-            cluster,
-            assignors: config.assignors.clone(),
-            session_timeout: config.session_timeout,
-            rebalance_timeout: config.max_poll_interval,
-            heartbeat_interval: config.heartbeat_interval,
-            client_rack: config.client_rack.clone(),
-            heartbeat: None,
-            leader_snapshot: None,
-        }
-    }
-
-    /// The state shared with heartbeats and commits.
-    pub(crate) fn link(&self) -> &Arc<Link> {
-        &self.link
-    }
-
-    /// Whether a (re)join is needed before fetching.
-    pub(crate) fn needs_join(&self) -> bool {
-        let st = self.link.state();
-        st.fatal.is_none() && (st.rejoin_needed || !st.stable)
-    }
-
-    /// Asks for a rejoin at the next poll (subscription or metadata change).
-    pub(crate) fn request_rejoin(&self) {
-        self.link.state().rejoin_needed = true;
-    }
-
-    /// Takes the "partitions lost" flag set when the generation was lost.
-    pub(crate) fn take_lost(&self) -> bool {
-        std::mem::take(&mut self.link.state().lost)
-    }
-
-    /// Records that the application polled (for `max.poll.interval.ms`).
-    pub(crate) fn polled(&self) {
-        self.link.state().last_poll = Instant::now();
-    }
-
-    /// Current (generation, member id).
-    pub(crate) fn generation(&self) -> (i32, String) {
-        let st = self.link.state();
-        (st.generation, st.member_id.clone())
-    }
-
-    fn stop_heartbeat(&mut self) {
-        if let Some(h) = self.heartbeat.take() {
-            h.abort();
-        }
-        self.link.state().stable = false;
-    }
-
-    /// Joins (or rejoins) the group: JoinGroup until accepted, the
-    /// assignment if this member leads, SyncGroup. Returns `None` when
-    /// `deadline` passes first (the next poll continues).
-    pub(crate) async fn join(
-        &mut self,
-        topics: &[String],
-        owned: &[TopicPartition],
-        deadline: Instant,
-    ) -> Result<Option<Joined>> {
-        self.stop_heartbeat();
-        let mut backoff = self.link.backoff;
-        loop {
-            // At least one attempt, even with a zero timeout.
-            match self.join_once(topics, owned).await {
-                Ok(Some(joined)) => {
-                    {
-                        let mut st = self.link.state();
-                        st.stable = true;
-                        st.rejoin_needed = false;
-                        // A loss during this join is settled by the new
-                        // assignment (the caller diffs it with what it owns).
-                        st.lost = false;
-                        st.last_poll = Instant::now();
-                    }
-                    self.heartbeat = Some(tokio::spawn(heartbeat_loop(
-                        self.link.clone(),
-                        self.heartbeat_interval,
-                        self.rebalance_timeout,
-                    )));
-                    return Ok(Some(joined));
-                }
-                Ok(None) => {}
-                Err(e) if e.is_retriable() => {
-                    tracing::debug!(error = %e, "join failed; retrying");
-                    if matches!(e, ClientError::Io { .. } | ClientError::Timeout { .. })
-                        || e.code().is_some_and(coordinator_moved)
-                    {
-                        self.link.coordinator_lost().await;
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
-            tokio::time::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())))
-                .await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-        }
-    }
-
-    /// One JoinGroup + SyncGroup round. `Ok(None)` means "try again".
-    async fn join_once(
-        &mut self,
-        topics: &[String],
-        owned: &[TopicPartition],
-    ) -> Result<Option<Joined>> {
-        let (generation, member_id) = self.generation();
-        let mut req = JoinGroupRequest::default();
-        req.group_id = GroupId(s(&self.link.group_id));
-        req.session_timeout_ms = millis(self.session_timeout);
-        req.rebalance_timeout_ms = millis(self.rebalance_timeout);
-        req.member_id = s(&member_id);
-        req.group_instance_id = self.link.instance_id.as_deref().map(s);
-        req.protocol_type = s("consumer");
-        req.reason = Some(s("sluice-client joining"));
-        for a in &self.assignors {
-            let sub = Subscription {
-                topics: topics.to_vec(),
-                user_data: a.subscription_user_data(topics, owned, generation),
-                owned_partitions: owned.to_vec(),
-                generation_id: generation,
-                rack_id: self.client_rack.clone(),
-                group_instance_id: None,
-            };
-            let mut p = JoinGroupRequestProtocol::default();
-            p.name = s(a.name());
-            p.metadata = encode_subscription(&sub, SUBSCRIPTION_VERSION)?;
-            req.protocols.push(p);
-        }
-        // The coordinator holds JoinGroup for up to the rebalance timeout.
-        let join_timeout = self.rebalance_timeout + Duration::from_secs(5);
-        let resp: JoinGroupResponse = self
-            .link
-            .request(JOIN_GROUP_MAX, Some(join_timeout), |_| req)
-            .await?;
-        let group = self.link.group_id.clone();
-        match resp.error_code {
-            0 => {}
-            FENCED_INSTANCE_ID => return Err(self.link.fence("join group")),
-            MEMBER_ID_REQUIRED => {
-                self.link.state().member_id = resp.member_id.as_str().to_string();
-                return Ok(None);
-            }
-            UNKNOWN_MEMBER_ID => {
-                self.link.state().member_id.clear();
-                return Ok(None);
-            }
-            COORDINATOR_LOAD_IN_PROGRESS | REBALANCE_IN_PROGRESS => return Ok(None),
-            code if coordinator_moved(code) => {
-                self.link.coordinator_lost().await;
-                return Ok(None);
-            }
-            code => {
-                return Err(
-                    ClientError::from_code(code, None, format!("join group {group}"))
-                        .unwrap_or_else(|| ClientError::Protocol(format!("join error {code}"))),
-                )
-            }
-        }
-        let member_id = resp.member_id.as_str().to_string();
-        let generation = resp.generation_id;
-        {
-            let mut st = self.link.state();
-            st.member_id.clone_from(&member_id);
-            st.generation = generation;
-        }
-        let protocol = resp
-            .protocol_name
-            .as_ref()
-            .map(|p| p.as_str().to_string())
-            .unwrap_or_default();
-        let assignments = if resp.leader.as_str() == member_id {
-            self.assign(&protocol, &resp).await?
-        } else {
-            Vec::new()
-        };
-        let mut sync = SyncGroupRequest::default();
-        sync.group_id = GroupId(s(&group));
-        sync.generation_id = generation;
-        sync.member_id = s(&member_id);
-        sync.group_instance_id = self.link.instance_id.as_deref().map(s);
-        sync.protocol_type = Some(s("consumer"));
-        sync.protocol_name = Some(s(&protocol));
-        sync.assignments = assignments;
-        let sresp = self
-            .link
-            .request(SYNC_GROUP_MAX, Some(join_timeout), |_| sync)
-            .await?;
-        match sresp.error_code {
-            0 => {}
-            FENCED_INSTANCE_ID => return Err(self.link.fence("sync group")),
-            REBALANCE_IN_PROGRESS => return Ok(None),
-            code if membership_lost(code) => {
-                self.link.reset_generation();
-                return Ok(None);
-            }
-            code if coordinator_moved(code) => {
-                self.link.coordinator_lost().await;
-                return Ok(None);
-            }
-            code => {
-                return Err(
-                    ClientError::from_code(code, None, format!("sync group {group}"))
-                        .unwrap_or_else(|| ClientError::Protocol(format!("sync error {code}"))),
-                )
-            }
-        }
-        let assignment = decode_assignment(&sresp.assignment)?;
-        Ok(Some(Joined {
-            assignment: assignment.partitions,
-        }))
-    }
-
-    /// The leader's part: decode subscriptions, read partition counts, run
-    /// the chosen assignor and encode every member's assignment.
-    async fn assign(
-        &mut self,
-        protocol: &str,
-        resp: &JoinGroupResponse,
-    ) -> Result<Vec<SyncGroupRequestAssignment>> {
-        let assignor = self
-            .assignors
-            .iter()
-            .find(|a| a.name() == protocol)
-            .cloned()
-            .ok_or_else(|| {
-                ClientError::InvalidArgument(format!(
-                    "the group chose assignor {protocol:?}, which this consumer does not have"
-                ))
-            })?;
-        let mut members = BTreeMap::new();
-        let mut all_topics = BTreeSet::new();
-        for m in &resp.members {
-            let mut sub = decode_subscription(&m.metadata)?;
-            sub.group_instance_id = m.group_instance_id.as_ref().map(|i| i.as_str().to_string());
-            all_topics.extend(sub.topics.iter().cloned());
-            members.insert(m.member_id.as_str().to_string(), sub);
-        }
-        let topics: Vec<String> = all_topics.into_iter().collect();
-        let counts = self.partition_counts(&topics).await?;
-        let assignment = assignor.assign(&counts, &members)?;
-        self.leader_snapshot = Some(counts);
-        let mut out = Vec::new();
-        for member in members.keys() {
-            let a = assignment.get(member).cloned().unwrap_or_default();
-            let mut sa = SyncGroupRequestAssignment::default();
-            sa.member_id = s(member);
-            sa.assignment = encode_assignment(&a)?;
-            out.push(sa);
-        }
-        Ok(out)
-    }
-
-    /// Partition counts of `topics` (topics that do not exist are left out).
-    pub(crate) async fn partition_counts(
-        &self,
-        topics: &[String],
-    ) -> Result<BTreeMap<String, i32>> {
-        if topics.is_empty() {
-            return Ok(BTreeMap::new());
-        }
-        let (md, _) = self.cluster.refresh(Some(topics)).await?;
-        Ok(md
-            .topics
-            .iter()
-            .filter(|(_, t)| !t.partitions.is_empty())
-            .map(|(n, t)| (n.clone(), t.partitions.len() as i32))
-            .collect())
-    }
-
-    /// Leaves the group (when a member) and stops heartbeating.
-    pub(crate) async fn leave(&mut self, reason: &str) {
-        self.stop_heartbeat();
-        self.link.leave(reason).await;
-        let mut st = self.link.state();
-        st.generation = -1;
-        st.member_id.clear();
-        st.rejoin_needed = true;
-        st.lost = false;
-    }
-}
-
-fn millis(d: Duration) -> i32 {
+pub(super) fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
 
@@ -767,7 +444,11 @@ fn millis(d: Duration) -> i32 {
 /// longer knows it, and leaves the group when the application stopped
 /// polling for longer than `max.poll.interval.ms` (as the Java client's
 /// heartbeat thread does).
-async fn heartbeat_loop(link: Arc<Link>, interval: Duration, max_poll_interval: Duration) {
+pub(super) async fn heartbeat_loop(
+    link: Arc<Link>,
+    interval: Duration,
+    max_poll_interval: Duration,
+) {
     loop {
         tokio::time::sleep(interval).await;
         let (generation, member_id, last_poll) = {

@@ -26,10 +26,11 @@
 //! member fenced by another instance with its `group.instance.id` gets
 //! `FENCED_INSTANCE_ID` from every later call.
 //!
-//! Difference from the Java client: while a rebalance is in progress `poll`
-//! waits in JoinGroup/SyncGroup (the broker holds them until every member
-//! joined) and returns no records, also under the cooperative protocol,
-//! where Java keeps returning records of the partitions it keeps.
+//! A rebalance runs as a background join task (the broker holds JoinGroup
+//! until every member joined): under the eager protocol `poll` waits for it
+//! up to its timeout and returns nothing meanwhile (the member owns
+//! nothing); under the cooperative protocol `poll` keeps returning records
+//! of the partitions the member keeps, as the Java client does.
 //!
 //! ```no_run
 //! # async fn demo() -> sluice_client::Result<()> {
@@ -55,6 +56,7 @@ mod buffer;
 pub mod config;
 mod coordinator;
 mod fetcher;
+mod membership;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
@@ -77,8 +79,9 @@ use crate::connection::Connection;
 use crate::error::{ClientError, Result};
 use crate::TopicPartition;
 use buffer::PartitionState;
-use coordinator::{GroupMember, Link};
+use coordinator::Link;
 use fetcher::{FetchOutcome, FetchSettings};
+use membership::GroupMember;
 
 /// A record returned by [`Consumer::poll`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -781,8 +784,16 @@ impl Consumer {
         let Some(group) = self.group.as_mut() else {
             return Ok(true);
         };
-        let Some(joined) = group.join(&topics, &owned, deadline).await? else {
-            return Ok(false);
+        // Cooperative: keep consuming the partitions this member owns while
+        // the join runs in the background; eager: nothing is owned, wait.
+        let keep_consuming = cooperative && !owned.is_empty();
+        let wait_until = if keep_consuming {
+            Instant::now()
+        } else {
+            deadline
+        };
+        let Some(joined) = group.join(&topics, &owned, wait_until).await? else {
+            return Ok(keep_consuming);
         };
         self.join_prepare = true;
         let new: BTreeSet<TopicPartition> = joined.assignment.into_iter().collect();
