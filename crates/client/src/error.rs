@@ -42,7 +42,7 @@ pub enum ClientError {
         addr: String,
     },
     /// The broker answered with a Kafka error code.
-    #[error("{context}: {error} ({name}, code {code}){}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    #[error("{context}: {name} (Kafka error code {code}){}", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
     Kafka {
         /// The decoded error.
         error: ResponseError,
