@@ -376,30 +376,25 @@ impl Summary {
     /// MB/sec), A ms avg latency, X ms max latency, P ms 50th, P ms 95th, P
     /// ms 99th, P ms 99.9th.` (percentiles in whole milliseconds).
     pub fn produce_line(&self) -> String {
-        let l = self.latency.unwrap_or_default();
-        format!(
-            "{} records sent, {:.1} records/sec ({:.2} MB/sec), {:.1} ms avg latency, \
-             {:.1} ms max latency, {:.0} ms 50th, {:.0} ms 95th, {:.0} ms 99th, {:.0} ms 99.9th.",
-            self.records,
-            self.records_per_sec(),
-            self.mb_per_sec(),
-            l.avg_ms,
-            l.max_ms,
-            l.p50_ms,
-            l.p95_ms,
-            l.p99_ms,
-            l.p999_ms
-        )
+        self.latency_line("sent", 1, 0)
     }
 
     /// The final `perf e2e` line: like [`Self::produce_line`] with
     /// "received" and percentiles to 0.01 ms (end-to-end latencies are
     /// often around a millisecond).
     pub fn e2e_line(&self) -> String {
+        self.latency_line("received", 2, 2)
+    }
+
+    /// The shared layout of both lines: avg and max with `decimals`,
+    /// percentiles with `pct_decimals`.
+    fn latency_line(&self, verb: &str, decimals: usize, pct_decimals: usize) -> String {
         let l = self.latency.unwrap_or_default();
+        let (d, p) = (decimals, pct_decimals);
         format!(
-            "{} records received, {:.1} records/sec ({:.2} MB/sec), {:.2} ms avg latency, \
-             {:.2} ms max latency, {:.2} ms 50th, {:.2} ms 95th, {:.2} ms 99th, {:.2} ms 99.9th.",
+            "{} records {verb}, {:.1} records/sec ({:.2} MB/sec), {:.d$} ms avg latency, \
+             {:.d$} ms max latency, {:.p$} ms 50th, {:.p$} ms 95th, {:.p$} ms 99th, \
+             {:.p$} ms 99.9th.",
             self.records,
             self.records_per_sec(),
             self.mb_per_sec(),

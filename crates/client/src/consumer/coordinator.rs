@@ -166,6 +166,16 @@ impl Link {
         *self.conn.lock().await = None;
     }
 
+    /// Forgets the coordinator when `e` says it moved or its connection
+    /// failed, so the next attempt looks it up again.
+    pub(super) async fn forget_coordinator_after(&self, e: &ClientError) {
+        if matches!(e, ClientError::Io { .. } | ClientError::Timeout { .. })
+            || e.code().is_some_and(coordinator_moved)
+        {
+            self.coordinator_lost().await;
+        }
+    }
+
     /// Sends one request to the coordinator: the version is negotiated on
     /// its connection, `build` makes the request for it, and the response
     /// must arrive within `timeout` (the request timeout when `None`). A
@@ -274,20 +284,13 @@ impl Link {
         &self,
         offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
     ) -> Result<()> {
-        if offsets.is_empty() {
-            return Ok(());
-        }
         let mut backoff = self.backoff;
         let mut attempt = 0;
         loop {
             match self.commit_once(offsets).await {
                 Err(e) if e.is_retriable() && attempt < self.retries => {
                     attempt += 1;
-                    if matches!(e, ClientError::Io { .. } | ClientError::Timeout { .. })
-                        || e.code().is_some_and(coordinator_moved)
-                    {
-                        self.coordinator_lost().await;
-                    }
+                    self.forget_coordinator_after(&e).await;
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(1));
                 }
@@ -300,6 +303,9 @@ impl Link {
         &self,
         offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
     ) -> Result<()> {
+        if offsets.is_empty() {
+            return Ok(());
+        }
         let (generation, member_id) = {
             let st = self.state();
             if let Some(e) = &st.fatal {
@@ -425,8 +431,6 @@ async fn commit_worker(link: Weak<Link>, mut jobs: mpsc::UnboundedReceiver<Commi
         };
         let r = if job.retry {
             link.commit(&job.offsets).await
-        } else if job.offsets.is_empty() {
-            Ok(())
         } else {
             link.commit_once(&job.offsets).await
         };

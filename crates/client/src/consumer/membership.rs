@@ -216,11 +216,7 @@ impl Joiner {
                 Ok(None) => {}
                 Err(e) if e.is_retriable() => {
                     tracing::debug!(error = %e, "join failed; retrying");
-                    if matches!(e, ClientError::Io { .. } | ClientError::Timeout { .. })
-                        || e.code().is_some_and(coordinator_moved)
-                    {
-                        self.link.coordinator_lost().await;
-                    }
+                    self.link.forget_coordinator_after(&e).await;
                 }
                 Err(e) => return Err(e),
             }
