@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use sluice_protocol::record::Compression;
+
 use crate::error::{Result, StorageError};
 
 /// `cleanup.policy`: delete, compact, or both.
@@ -17,6 +19,37 @@ pub struct CleanupPolicy {
 pub enum TimestampType {
     CreateTime,
     LogAppendTime,
+}
+
+/// `compression.type`: what the broker stores. `Producer` keeps batches as
+/// the producer compressed them; a codec (`uncompressed` is
+/// [`Compression::None`]) makes the broker recompress batches that use
+/// another codec on append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicCompression {
+    Producer,
+    Codec(Compression),
+}
+
+impl TopicCompression {
+    /// Kafka's name of the value (`producer`, `uncompressed`, `gzip`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Producer => "producer",
+            Self::Codec(Compression::None) => "uncompressed",
+            Self::Codec(c) => c.name(),
+        }
+    }
+
+    /// Parses Kafka's names (case-insensitive, as Kafka's validator).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "producer" => Some(Self::Producer),
+            "uncompressed" => Some(Self::Codec(Compression::None)),
+            "none" => None,
+            other => Compression::from_name(other).map(Self::Codec),
+        }
+    }
 }
 
 /// The configuration of one partition log. Field names mirror Kafka's keys.
@@ -60,6 +93,8 @@ pub struct LogConfig {
     pub max_message_bytes: u64,
     /// `min.insync.replicas` (used by the broker for acks=all)
     pub min_insync_replicas: i32,
+    /// `compression.type`
+    pub compression_type: TopicCompression,
 }
 
 impl Default for LogConfig {
@@ -87,6 +122,7 @@ impl Default for LogConfig {
             message_timestamp_after_max_ms: 3_600_000,
             max_message_bytes: 1024 * 1024 + 12,
             min_insync_replicas: 1,
+            compression_type: TopicCompression::Producer,
         }
     }
 }
@@ -94,6 +130,7 @@ impl Default for LogConfig {
 /// Every topic config key this crate understands.
 pub const KEYS: &[&str] = &[
     "cleanup.policy",
+    "compression.type",
     "delete.retention.ms",
     "flush.messages",
     "flush.ms",
@@ -188,6 +225,15 @@ impl LogConfig {
                 }
                 self.min_cleanable_dirty_ratio = r;
             }
+            "compression.type" => {
+                self.compression_type = TopicCompression::from_name(value).ok_or_else(|| {
+                    invalid(
+                        key,
+                        value,
+                        "must be one of uncompressed, zstd, lz4, snappy, gzip, producer",
+                    )
+                })?
+            }
             "message.timestamp.type" => {
                 self.message_timestamp_type = match value.trim() {
                     "CreateTime" => TimestampType::CreateTime,
@@ -228,6 +274,7 @@ impl LogConfig {
         };
         let mut m = BTreeMap::new();
         m.insert("cleanup.policy", policy.to_string());
+        m.insert("compression.type", self.compression_type.name().to_string());
         m.insert("delete.retention.ms", self.delete_retention_ms.to_string());
         m.insert("flush.messages", self.flush_messages.to_string());
         m.insert("flush.ms", self.flush_ms.to_string());

@@ -24,7 +24,7 @@ pub mod manager;
 pub mod segment;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{CleanupPolicy, LogConfig, TimestampType};
+pub use config::{CleanupPolicy, LogConfig, TimestampType, TopicCompression};
 pub use error::{Result, StorageError};
 pub use log::{AppendInfo, Log, LogOpenOptions, OffsetSpec, ReadInfo, ReadLimit, TimestampOffset};
 pub use manager::{LogManager, ManagerConfig};
