@@ -38,8 +38,7 @@ impl ApiError {
     }
 }
 
-/// Topics whose names clients may not create or delete.
-pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use crate::internal_topics::CONSUMER_OFFSETS_TOPIC;
 
 /// The running broker (single node: also its own controller).
 #[derive(Debug)]
@@ -162,13 +161,33 @@ impl Broker {
         self.metadata.image()
     }
 
-    /// The log of a partition the metadata knows.
+    /// The log of a topic partition; never the metadata log, which is not
+    /// a topic clients can name.
     pub(crate) fn log(&self, topic: &str, partition: i32) -> Option<Arc<Log>> {
+        if crate::internal_topics::is_hidden(topic) {
+            return None;
+        }
         self.logs.get(&TopicPartition::new(topic, partition))
     }
 
-    /// Validates and creates a topic. `configs` are topic config overrides.
+    /// Validates and creates a topic for a client (CreateTopics, auto
+    /// creation): internal topics are refused. `configs` are topic config
+    /// overrides.
     pub(crate) fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication_factor: i16,
+        configs: &[(String, String)],
+        validate_only: bool,
+    ) -> std::result::Result<TopicImage, ApiError> {
+        validate_topic_name(name)?;
+        crate::internal_topics::check_client_may_create(name)?;
+        self.create_topic_unchecked(name, partitions, replication_factor, configs, validate_only)
+    }
+
+    /// Creates a topic, internal ones included (the broker's own path).
+    fn create_topic_unchecked(
         &self,
         name: &str,
         partitions: i32,
@@ -251,7 +270,9 @@ impl Broker {
     }
 
     /// The topic, created with the defaults when it does not exist and
-    /// `auto.create.topics.enable` (and the client) allow it.
+    /// `auto.create.topics.enable` (and the client) allow it. Internal
+    /// topics are never auto-created: the broker creates them when a
+    /// coordinator needs them.
     pub(crate) fn topic_or_auto_create(
         &self,
         name: &str,
@@ -260,7 +281,9 @@ impl Broker {
         if let Some(t) = self.image().topic(name) {
             return Ok(t.clone());
         }
-        if !(client_allows && self.config.bool("auto.create.topics.enable")) {
+        if !(client_allows && self.config.bool("auto.create.topics.enable"))
+            || crate::internal_topics::check_client_may_create(name).is_err()
+        {
             return Err(ApiError::code(ResponseError::UnknownTopicOrPartition));
         }
         match self.create_topic(name, -1, -1, &[], false) {
@@ -294,6 +317,7 @@ impl Broker {
         count: i32,
         validate_only: bool,
     ) -> std::result::Result<(), ApiError> {
+        crate::internal_topics::check_client_may_alter(name)?;
         let _guard = self.metadata.lock_for_change();
         let image = self.image();
         let Some(t) = image.topic(name) else {
@@ -384,12 +408,14 @@ impl Broker {
         }
         let configs = vec![
             ("cleanup.policy".to_string(), "compact".to_string()),
+            ("compression.type".to_string(), "producer".to_string()),
             (
                 "segment.bytes".to_string(),
                 self.config.str("offsets.topic.segment.bytes"),
             ),
         ];
-        match self.create_topic(CONSUMER_OFFSETS_TOPIC, partitions, -1, &configs, false) {
+        let rf = self.config.int("offsets.topic.replication.factor") as i16;
+        match self.create_topic_unchecked(CONSUMER_OFFSETS_TOPIC, partitions, rf, &configs, false) {
             Ok(_) => Ok(()),
             Err(e) if e.code == ResponseError::TopicAlreadyExists => Ok(()),
             Err(e) => Err(e),
@@ -488,9 +514,6 @@ pub(crate) fn validate_topic_name(name: &str) -> std::result::Result<(), ApiErro
     {
         return bad(format!("Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"));
     }
-    if name == METADATA_TOPIC {
-        return bad(format!("Topic name \"{name}\" is reserved"));
-    }
     Ok(())
 }
 
@@ -557,16 +580,7 @@ mod tests {
         for ok in ["a", "orders.v1", "my_topic-2", &"x".repeat(249)] {
             assert!(validate_topic_name(ok).is_ok(), "{ok}");
         }
-        for bad in [
-            "",
-            ".",
-            "..",
-            "a b",
-            "ä",
-            "a/b",
-            &"x".repeat(250),
-            "__cluster_metadata",
-        ] {
+        for bad in ["", ".", "..", "a b", "ä", "a/b", &"x".repeat(250)] {
             assert!(validate_topic_name(bad).is_err(), "{bad}");
         }
     }

@@ -91,9 +91,22 @@ impl Groups {
         }
     }
 
+    /// The number of `__consumer_offsets` partitions: the existing topic's
+    /// (a later change of `offsets.topic.num.partitions` must not move
+    /// groups to other partitions, as in Kafka's
+    /// `GroupCoordinator.partitionFor`), else the configured count the
+    /// topic will be created with.
+    fn partition_count(&self, broker: &Broker) -> i32 {
+        broker
+            .image()
+            .topic(CONSUMER_OFFSETS_TOPIC)
+            .map_or(self.partitions, |t| t.partitions.len() as i32)
+            .max(1)
+    }
+
     /// The `__consumer_offsets` partition coordinating `group`.
-    pub(crate) fn partition_for(&self, group: &str) -> i32 {
-        coordinator_partition(group, self.partitions)
+    pub(crate) fn partition_for(&self, broker: &Broker, group: &str) -> i32 {
+        coordinator_partition(group, self.partition_count(broker))
     }
 
     /// The shard of `group`, creating `__consumer_offsets` and loading the
@@ -103,7 +116,7 @@ impl Groups {
         broker: &Broker,
         group: &str,
     ) -> Result<Arc<Mutex<Shard>>, ApiError> {
-        self.shard_at(broker, self.partition_for(group))
+        self.shard_at(broker, self.partition_for(broker, group))
     }
 
     fn shard_at(&self, broker: &Broker, partition: i32) -> Result<Arc<Mutex<Shard>>, ApiError> {
@@ -125,10 +138,17 @@ impl Groups {
 
     /// Loads every existing partition (at start, when the topic exists).
     pub(crate) fn load_all(&self, broker: &Broker) -> Result<(), ApiError> {
-        if broker.image().topic(CONSUMER_OFFSETS_TOPIC).is_none() {
+        let Some(topic) = broker.image().topic(CONSUMER_OFFSETS_TOPIC).cloned() else {
             return Ok(());
+        };
+        if topic.partitions.len() as i32 != self.partitions {
+            tracing::info!(
+                partitions = topic.partitions.len(),
+                configured = self.partitions,
+                "__consumer_offsets exists with a partition count other than offsets.topic.num.partitions; using the topic's"
+            );
         }
-        for p in 0..self.partitions {
+        for &p in topic.partitions.keys() {
             self.shard_at(broker, p)?;
         }
         Ok(())

@@ -16,6 +16,7 @@ pub mod error;
 mod fetch_session;
 mod groups;
 mod handlers;
+pub mod internal_topics;
 pub mod server;
 
 pub use broker::Broker;

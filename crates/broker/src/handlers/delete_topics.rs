@@ -9,7 +9,7 @@ use proto_kafka::protocol::StrBytes;
 use proto_kafka::ResponseError;
 
 use super::Ctx;
-use crate::broker::{validate_topic_name, Broker, CONSUMER_OFFSETS_TOPIC};
+use crate::broker::{validate_topic_name, Broker};
 
 pub(crate) const VERSIONS: (i16, i16) = (1, 6);
 
@@ -37,10 +37,11 @@ pub(crate) fn handle(
         let name = name.or_else(|| broker.image().topic_by_id(&id).map(|t| t.name.clone()));
         let result = match &name {
             None => Err(ResponseError::UnknownTopicId),
-            Some(n) if n == CONSUMER_OFFSETS_TOPIC => Err(ResponseError::TopicAuthorizationFailed),
             Some(n) => match validate_topic_name(n) {
                 Err(_) => Err(ResponseError::UnknownTopicOrPartition),
-                Ok(()) => broker.delete_topic(n).map_err(|e| e.code),
+                Ok(()) => crate::internal_topics::check_client_may_alter(n)
+                    .and_then(|()| broker.delete_topic(n))
+                    .map_err(|e| e.code),
             },
         };
         match result {

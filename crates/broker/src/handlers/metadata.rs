@@ -11,11 +11,10 @@ use proto_kafka::messages::metadata_response::{
 use proto_kafka::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use proto_kafka::protocol::StrBytes;
 use proto_kafka::ResponseError;
-use sluice_controller::store::METADATA_TOPIC;
 use sluice_controller::TopicImage;
 
 use super::Ctx;
-use crate::broker::{Broker, CONSUMER_OFFSETS_TOPIC};
+use crate::broker::Broker;
 
 pub(crate) const VERSIONS: (i16, i16) = (0, 12);
 
@@ -81,7 +80,7 @@ fn all_topics(
 ) -> Vec<MetadataResponseTopic> {
     image
         .topics()
-        .filter(|t| t.name != METADATA_TOPIC)
+        .filter(|t| !crate::internal_topics::is_hidden(&t.name))
         .map(|t| topic(broker, t, version))
         .collect()
 }
@@ -92,7 +91,7 @@ fn topic(broker: &Broker, t: &TopicImage, version: i16) -> MetadataResponseTopic
     if version >= 10 {
         out.topic_id = t.id;
     }
-    out.is_internal = t.name == CONSUMER_OFFSETS_TOPIC;
+    out.is_internal = crate::internal_topics::is_internal(&t.name);
     out.topic_authorized_operations = OPS_NOT_REQUESTED;
     out.partitions = t
         .partitions

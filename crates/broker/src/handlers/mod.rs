@@ -315,6 +315,42 @@ pub(crate) mod test_support {
         out
     }
 
+    /// Sends one request through the whole dispatch path (`handle`: frame
+    /// parsing, version checks, the handler) and decodes the response;
+    /// `None` when no response is due (acks=0).
+    pub(crate) async fn call<Req: Encodable, Resp: Decodable>(
+        broker: &Arc<Broker>,
+        api_key: ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> Option<Resp> {
+        use bytes::Buf;
+        use proto_kafka::messages::{RequestHeader, ResponseHeader};
+        use proto_kafka::protocol::StrBytes;
+        let mut buf = BytesMut::new();
+        let mut header = RequestHeader::default();
+        header.request_api_key = api_key as i16;
+        header.request_api_version = version;
+        header.correlation_id = 7;
+        header.client_id = Some(StrBytes::from_static_str("test"));
+        header
+            .encode(&mut buf, api_key.request_header_version(version))
+            .expect("encode header");
+        req.encode(&mut buf, version).expect("encode request");
+        let resp = super::handle(broker, buf.freeze(), None)
+            .await
+            .expect("handled")?;
+        let mut frame = resp.to_bytes().expect("response bytes");
+        let size = frame.get_i32();
+        assert_eq!(size as usize, frame.len(), "response size prefix");
+        let header = ResponseHeader::decode(&mut frame, api_key.response_header_version(version))
+            .expect("response header");
+        assert_eq!(header.correlation_id, 7);
+        let out = Resp::decode(&mut frame, version).expect("decode response");
+        assert!(!frame.has_remaining(), "trailing bytes in the response");
+        Some(out)
+    }
+
     /// Appends `count` one-record batches to a partition (leader epoch 0)
     /// and moves the high watermark to the log end, as Produce does.
     pub(crate) fn append(broker: &Broker, topic: &str, partition: i32, count: usize) {

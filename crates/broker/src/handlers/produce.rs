@@ -1,6 +1,8 @@
-//! Produce (key 0): validate acks, find (or auto-create) each partition,
-//! append the batch through storage (which checks it without decoding
-//! records), and answer per partition. On one node the leader is every
+//! Produce (key 0): validate acks, find each partition (Produce never
+//! creates topics: Kafka creates them on Metadata requests only, so a
+//! missing topic gets UNKNOWN_TOPIC_OR_PARTITION; internal topics are
+//! refused), append the batch through storage (which checks it without
+//! decoding records), and answer per partition. On one node the leader is every
 //! replica, so acks=all is satisfied at append, unless
 //! `min.insync.replicas` asks for more replicas than exist. acks=0 gets no
 //! response.
@@ -37,7 +39,12 @@ pub(crate) fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx) -> Ou
     let mut resp = ProduceResponse::default();
     for td in req.topic_data {
         let name = td.name.0.to_string();
-        let topic = broker.topic_or_auto_create(&name, true);
+        let topic = crate::internal_topics::check_client_may_produce(&name).and_then(|()| {
+            match broker.image().topic(&name) {
+                Some(_) => Ok(()),
+                None => Err(ApiError::code(ResponseError::UnknownTopicOrPartition)),
+            }
+        });
         let mut tr = TopicProduceResponse::default();
         tr.name = td.name.clone();
         for pd in td.partition_data {
