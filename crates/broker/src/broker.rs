@@ -363,8 +363,9 @@ impl Broker {
 
     /// Stops background work and closes the data folder cleanly.
     pub fn shutdown(&self) -> Result<()> {
-        self.metadata.shutdown()?;
+        let metadata = self.metadata.shutdown();
         self.logs.shutdown()?;
+        metadata?;
         Ok(())
     }
 

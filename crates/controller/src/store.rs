@@ -110,13 +110,22 @@ struct SnapState {
     bytes_since: u64,
     /// Clock time of the last snapshot (or of loading).
     last_snapshot_ms: i64,
-    /// Timestamp of the last batch in the log.
-    last_timestamp: i64,
     /// Why snapshots are off, if they are.
     disabled: Option<String>,
     /// Wakes the background thread early.
     kick: bool,
     stop: bool,
+}
+
+/// The image with the log position it reflects: always updated together,
+/// so a snapshot's content and offset agree whoever appends.
+#[derive(Debug, Clone)]
+struct Applied {
+    image: Arc<MetadataImage>,
+    /// Log offset up to which (exclusive) the image has applied records.
+    end: i64,
+    /// Timestamp of the last batch applied.
+    last_timestamp: i64,
 }
 
 #[derive(Debug)]
@@ -125,7 +134,9 @@ struct Inner {
     dir: PathBuf,
     config: MetadataLogConfig,
     clock: Arc<dyn Clock>,
-    image: Mutex<Arc<MetadataImage>>,
+    image: Mutex<Applied>,
+    /// Serializes appends (log append + apply).
+    append_lock: Mutex<()>,
     /// The metadata change lock: held by every change from its check to
     /// the end of its folder work, and while a snapshot captures the image.
     write: Mutex<()>,
@@ -363,6 +374,7 @@ impl MetadataStore {
             "loaded metadata"
         );
         let now = clock.now_ms();
+        let end = log.log_end_offset();
         let last_timestamp = replayed
             .last_timestamp
             .or(loaded.as_ref().map(|s| s.last_contained_timestamp))
@@ -373,14 +385,18 @@ impl MetadataStore {
                 dir,
                 config,
                 clock,
-                image: Mutex::new(Arc::new(image)),
+                image: Mutex::new(Applied {
+                    image: Arc::new(image),
+                    end,
+                    last_timestamp,
+                }),
+                append_lock: Mutex::new(()),
                 write: Mutex::new(()),
                 maint: Mutex::new(()),
                 snap: Mutex::new(SnapState {
                     snapshots,
                     bytes_since: replayed.bytes,
                     last_snapshot_ms: now,
-                    last_timestamp,
                     disabled,
                     kick: false,
                     stop: false,
@@ -488,7 +504,7 @@ impl Drop for MetadataStore {
 
 impl Inner {
     fn image(&self) -> Arc<MetadataImage> {
-        Arc::clone(&lock(&self.image))
+        Arc::clone(&lock(&self.image).image)
     }
 
     fn append(&self, records: &[MetadataRecord]) -> Result<Arc<MetadataImage>> {
@@ -502,21 +518,25 @@ impl Inner {
         }
         let mut bytes = b.build(0)?;
         let size = bytes.len() as u64;
-        self.log.append_as_leader(&mut bytes, 0)?;
+        let _a = lock(&self.append_lock);
+        let info = self.log.append_as_leader(&mut bytes, 0)?;
         self.log.flush()?;
         self.log.set_high_watermark(self.log.log_end_offset());
         let image = {
-            let mut guard = lock(&self.image);
-            let mut next = (**guard).clone();
+            let mut applied = lock(&self.image);
+            let mut next = (*applied.image).clone();
             for r in records {
                 next.apply(r);
             }
-            *guard = Arc::new(next);
-            Arc::clone(&guard)
+            *applied = Applied {
+                image: Arc::new(next),
+                end: info.last_offset + 1,
+                last_timestamp: now,
+            };
+            Arc::clone(&applied.image)
         };
         let mut s = lock(&self.snap);
         s.bytes_since += size;
-        s.last_timestamp = now;
         s.kick = true;
         self.wake.notify_all();
         Ok(image)
@@ -562,7 +582,8 @@ impl Inner {
             }
             s.bytes_since = 0;
             s.last_snapshot_ms = self.clock.now_ms();
-            (self.image(), self.log.log_end_offset(), s.last_timestamp)
+            let applied = lock(&self.image).clone();
+            (applied.image, applied.end, applied.last_timestamp)
         };
         let epoch = self
             .log

@@ -363,3 +363,30 @@ fn the_background_thread_takes_snapshots_and_cleans() {
     assert_eq!(*store.image(), *before);
     assert_eq!(store.image().topics().count(), i as usize);
 }
+
+#[test]
+fn a_snapshot_waits_for_a_change_in_progress() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = Arc::new(open(dir.path(), small(), &clock));
+    create(&store, "doomed", 1, 2);
+    let guard = store.lock_for_change();
+    // A deletion: the removal is recorded, the folders are not renamed yet.
+    store
+        .append(&[MetadataRecord::RemoveTopic {
+            topic_id: Uuid::from_u128(1),
+        }])
+        .expect("append");
+    let s2 = Arc::clone(&store);
+    let snapper = std::thread::spawn(move || s2.snapshot_now().expect("snapshot"));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        store.snapshot_ids().is_empty(),
+        "no snapshot while the change holds the lock"
+    );
+    drop(guard);
+    let id = snapper.join().expect("join").expect("taken");
+    assert_eq!(id.end_offset, store.log().log_end_offset());
+    let s = snapshot::read(&meta_dir(dir.path()), id).expect("read");
+    assert!(s.image().topic("doomed").is_none());
+}
