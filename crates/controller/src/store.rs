@@ -557,7 +557,9 @@ impl Inner {
             let interval = self.config.max_snapshot_interval_ms;
             if s.bytes_since >= self.config.max_bytes_between_snapshots {
                 format!("{} bytes were appended since the last one", s.bytes_since)
-            } else if interval > 0 && self.clock.now_ms() - s.last_snapshot_ms >= interval {
+            } else if interval > 0
+                && self.clock.now_ms().saturating_sub(s.last_snapshot_ms) >= interval
+            {
                 format!("{interval} ms passed since the last one")
             } else {
                 return Ok(None);
@@ -642,10 +644,12 @@ impl Inner {
                 let now = self.clock.now_ms();
                 let why = if max_bytes >= 0 && log_size + total > max_bytes as u64 {
                     format!("log and snapshots take {} bytes, over metadata.max.retention.bytes {max_bytes}", log_size + total)
-                } else if let Some(t) = timestamp.filter(|t| max_ms >= 0 && now - t > max_ms) {
+                } else if let Some(t) =
+                    timestamp.filter(|t| max_ms >= 0 && now.saturating_sub(*t) > max_ms)
+                {
                     format!(
                         "its newest record is {} ms old, over metadata.max.retention.ms {max_ms}",
-                        now - t
+                        now.saturating_sub(t)
                     )
                 } else {
                     break;
@@ -670,7 +674,11 @@ impl Inner {
                 let interval = self.config.max_snapshot_interval_ms;
                 let mut wait = next_clean.saturating_duration_since(Instant::now());
                 if s.disabled.is_none() && interval > 0 && self.has_new_records(&s) {
-                    let left = (s.last_snapshot_ms + interval - self.clock.now_ms()).max(1);
+                    let left = s
+                        .last_snapshot_ms
+                        .saturating_add(interval)
+                        .saturating_sub(self.clock.now_ms())
+                        .max(1);
                     wait = wait.min(Duration::from_millis(left as u64));
                 }
                 wait
