@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use proto_kafka::ResponseError;
 use sluice_controller::records::RESOURCE_TOPIC;
-use sluice_controller::store::METADATA_TOPIC;
 use sluice_controller::{MetadataImage, MetadataRecord, MetadataStore, TopicImage};
 use sluice_storage::{Log, LogConfig, LogManager, ManagerConfig, TopicPartition};
 use uuid::Uuid;
@@ -83,11 +82,13 @@ impl Broker {
             config.long("log.cleaner.dedupe.buffer.size").max(1 << 20) as usize;
         let logs = LogManager::open(mc)?;
         tracing::info!(partitions = logs.logs().len(), "logs loaded");
-        let meta_log = logs.get_or_create(
-            &TopicPartition::new(METADATA_TOPIC, 0),
-            LogConfig::default(),
+        // The metadata log lives beside the partitions but outside the log
+        // manager: no retention or cleaner ever sees it.
+        let metadata = MetadataStore::open(
+            &dir,
+            config.metadata_log_config()?,
+            Arc::new(sluice_storage::SystemClock),
         )?;
-        let metadata = MetadataStore::open(meta_log)?;
         let advertised = config.advertised_listener()?;
         let fetch_sessions = crate::fetch_session::FetchSessionCache::from_config(&config);
         let groups = crate::groups::Groups::new(&config, node_id);
@@ -109,45 +110,10 @@ impl Broker {
             .load_all(&broker)
             .map_err(|e| BrokerError::Malformed(format!("loading consumer groups: {e:?}")))?;
         broker.logs.start_background();
+        // Only now: a snapshot must not be taken before the folders were
+        // reconciled with the removals the log tail records.
+        broker.metadata.start_background();
         Ok(broker)
-    }
-
-    /// Creates missing logs, applies topic configs, and deletes logs of
-    /// topics the metadata no longer has (a crash between the metadata
-    /// change and the folder change).
-    fn reconcile_logs(&self) -> Result<()> {
-        let image = self.metadata.image();
-        for t in image.topics() {
-            let config = self.log_config(t)?;
-            for &p in t.partitions.keys() {
-                let tp = TopicPartition::new(t.name.clone(), p);
-                match self.logs.get(&tp) {
-                    Some(log) => log.set_config(config.clone()),
-                    None => {
-                        self.logs.get_or_create(&tp, config.clone())?;
-                    }
-                }
-                let log = self.logs.get(&tp);
-                if let Some(log) = log {
-                    // One node: everything on disk is replicated.
-                    log.set_high_watermark(log.log_end_offset());
-                }
-            }
-        }
-        for log in self.logs.logs() {
-            let tp = log.topic_partition().clone();
-            if tp.topic == METADATA_TOPIC {
-                continue;
-            }
-            let known = image
-                .topic(&tp.topic)
-                .is_some_and(|t| t.partitions.contains_key(&tp.partition));
-            if !known {
-                tracing::warn!(partition = %tp, "deleting log of a topic the metadata does not have");
-                self.logs.delete(&tp)?;
-            }
-        }
-        Ok(())
     }
 
     /// The topic's effective log config: broker defaults plus overrides.
@@ -258,8 +224,7 @@ impl Broker {
         let image = self.metadata.append(&records).map_err(internal)?;
         for p in 0..partitions {
             let tp = TopicPartition::new(name, p);
-            self.logs
-                .get_or_create(&tp, log_config.clone())
+            self.create_partition_log(&tp, topic_id, log_config.clone())
                 .map_err(internal)?;
         }
         tracing::info!(topic = name, partitions, "created topic");
@@ -339,8 +304,7 @@ impl Broker {
         let config = self.log_config(t).map_err(internal)?;
         self.metadata.append(&records).map_err(internal)?;
         for p in current..count {
-            self.logs
-                .get_or_create(&TopicPartition::new(name, p), config.clone())
+            self.create_partition_log(&TopicPartition::new(name, p), t.id, config.clone())
                 .map_err(internal)?;
         }
         Ok(())
@@ -424,7 +388,9 @@ impl Broker {
 
     /// Stops background work and closes the data folder cleanly.
     pub fn shutdown(&self) -> Result<()> {
+        let metadata = self.metadata.shutdown();
         self.logs.shutdown()?;
+        metadata?;
         Ok(())
     }
 

@@ -195,6 +195,42 @@ const KEYS: &[(&str, Option<&str>, Kind, &str)] = &[
         "retention interval",
     ),
     (
+        "metadata.log.segment.bytes",
+        Some("1073741824"),
+        Kind::Int,
+        "segment size of the metadata log",
+    ),
+    (
+        "metadata.log.segment.ms",
+        Some("604800000"),
+        Kind::Long,
+        "segment age before the metadata log rolls, ms",
+    ),
+    (
+        "metadata.log.max.record.bytes.between.snapshots",
+        Some("20971520"),
+        Kind::Long,
+        "metadata log bytes after the last snapshot that trigger a new one",
+    ),
+    (
+        "metadata.log.max.snapshot.interval.ms",
+        Some("3600000"),
+        Kind::Long,
+        "time after the last snapshot that triggers a new one if the metadata changed (0: off)",
+    ),
+    (
+        "metadata.max.retention.ms",
+        Some("604800000"),
+        Kind::Long,
+        "age at which old metadata snapshots (and the log below the next one) are deleted; the two newest always stay (-1: no limit)",
+    ),
+    (
+        "metadata.max.retention.bytes",
+        Some("104857600"),
+        Kind::Long,
+        "size of metadata log plus snapshots above which old snapshots are deleted; the two newest always stay (-1: no limit)",
+    ),
+    (
         "log.message.timestamp.type",
         Some("CreateTime"),
         Kind::Str,
@@ -454,7 +490,36 @@ impl BrokerConfig {
             ));
         }
         self.log_config()?;
+        self.metadata_log_config()?;
         Ok(())
+    }
+
+    /// The metadata log's settings from the `metadata.*` keys, with
+    /// Kafka's ranges.
+    pub fn metadata_log_config(&self) -> Result<sluice_controller::MetadataLogConfig> {
+        let at_least = |key: &str, min: i64| -> Result<i64> {
+            let v = self.long(key);
+            if v < min {
+                return Err(invalid(
+                    key,
+                    &self.str(key),
+                    format!("must be at least {min}"),
+                ));
+            }
+            Ok(v)
+        };
+        Ok(sluice_controller::MetadataLogConfig {
+            // Kafka: atLeast(Records.LOG_OVERHEAD).
+            segment_bytes: at_least("metadata.log.segment.bytes", 12)? as u64,
+            segment_ms: self.long("metadata.log.segment.ms"),
+            max_bytes_between_snapshots: at_least(
+                "metadata.log.max.record.bytes.between.snapshots",
+                1,
+            )? as u64,
+            max_snapshot_interval_ms: at_least("metadata.log.max.snapshot.interval.ms", 0)?,
+            max_retention_ms: self.long("metadata.max.retention.ms"),
+            max_retention_bytes: self.long("metadata.max.retention.bytes"),
+        })
     }
 
     pub fn str(&self, key: &str) -> String {
@@ -641,6 +706,36 @@ mod tests {
         c.set("log.segment.bytes", "3").expect("int");
         let e = c.validate().expect_err("range");
         assert!(e.to_string().contains("log.segment.bytes"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod metadata_config_tests {
+    use super::*;
+
+    #[test]
+    fn metadata_log_keys_have_kafkas_defaults_and_ranges() {
+        let c = BrokerConfig::default();
+        assert_eq!(
+            c.metadata_log_config().expect("defaults"),
+            sluice_controller::MetadataLogConfig::default()
+        );
+        let mut c = BrokerConfig::default();
+        c.set("metadata.log.max.snapshot.interval.ms", "0")
+            .expect("set");
+        c.set("metadata.max.retention.ms", "-1").expect("set");
+        let m = c.metadata_log_config().expect("valid");
+        assert_eq!((m.max_snapshot_interval_ms, m.max_retention_ms), (0, -1));
+        for (key, bad) in [
+            ("metadata.log.segment.bytes", "11"),
+            ("metadata.log.max.record.bytes.between.snapshots", "0"),
+            ("metadata.log.max.snapshot.interval.ms", "-1"),
+        ] {
+            let mut c = BrokerConfig::default();
+            c.set(key, bad).expect("type ok");
+            let e = c.validate().expect_err(key);
+            assert!(e.to_string().contains(key), "{e}");
+        }
     }
 }
 

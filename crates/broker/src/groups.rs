@@ -27,6 +27,7 @@ use sluice_coordinator::offsets::ExpiryBase;
 use sluice_coordinator::offsets::{
     coordinator_partition, OffsetConfig, OffsetStore, Record as OffsetsRecord, Replayed,
 };
+use sluice_protocol::record::batch::validate_crc;
 use sluice_protocol::record::codec::decode_batch;
 use sluice_protocol::record::{BatchBuilder, BatchIter, Compression, Record};
 use sluice_storage::{Log, ReadLimit};
@@ -170,26 +171,52 @@ impl Groups {
             let bytes = region.read_to_vec().map_err(internal)?;
             let before = next;
             for b in BatchIter::new(&bytes) {
-                let (_, h, raw) = b.map_err(internal)?;
-                if !h.is_control() {
-                    for r in decode_batch(raw, 64 << 20).map_err(internal)?.records {
-                        if r.record.offset < next {
-                            continue;
-                        }
-                        let Some(key) = r.record.key else { continue };
-                        match offsets.replay(&key, r.record.value.as_deref()) {
-                            Ok(Replayed::GroupMetadata { group, value }) => {
-                                groups.replay(&GroupRecord::from_replayed(group, value));
-                            }
-                            Ok(_) => {}
-                            Err(e) => {
-                                tracing::warn!(error = %e, "skipping unreadable __consumer_offsets record")
-                            }
-                        }
-                        count += 1;
+                let (_, h, raw) = match b {
+                    Ok(b) => b,
+                    Err(e) => {
+                        // Its length is unknown: go on at the next segment.
+                        let resume = log
+                            .segment_base_offsets()
+                            .into_iter()
+                            .find(|&base| base > next)
+                            .unwrap_or(end);
+                        tracing::error!(partition = %log.topic_partition(), offset = next, resume, error = %e, "unreadable __consumer_offsets batch; skipping to the next segment");
+                        next = resume;
+                        break;
                     }
+                };
+                if h.last_offset() < next {
+                    continue;
                 }
+                let want = next;
                 next = h.last_offset() + 1;
+                if h.is_control() {
+                    continue;
+                }
+                let decoded = match validate_crc(raw).and_then(|_| decode_batch(raw, 64 << 20)) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        tracing::error!(partition = %log.topic_partition(), offsets = %format!("{}..={}", h.base_offset, h.last_offset()), error = %e, "skipping undecodable __consumer_offsets batch");
+                        continue;
+                    }
+                };
+                for r in decoded.records {
+                    let offset = r.record.offset;
+                    if offset < want {
+                        continue;
+                    }
+                    let Some(key) = r.record.key else { continue };
+                    match offsets.replay(&key, r.record.value.as_deref()) {
+                        Ok(Replayed::GroupMetadata { group, value }) => {
+                            groups.replay(&GroupRecord::from_replayed(group, value));
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::warn!(partition = %log.topic_partition(), offset, error = %e, "skipping unreadable __consumer_offsets record")
+                        }
+                    }
+                    count += 1;
+                }
             }
             if next == before {
                 break;
@@ -505,3 +532,6 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     tracing::error!(error = %e, "group coordinator internal error");
     ApiError::new(ResponseError::UnknownServerError, e.to_string())
 }
+
+#[cfg(test)]
+mod load_tests;

@@ -3,6 +3,8 @@
 //! - [`config`]: `server.properties` keys, defaults, layering.
 //! - [`broker`]: shared state (logs, metadata image) and topic changes.
 //! - [`server`]: the listener, start-up and graceful shutdown.
+//! - `reconcile`: the data folder brought in line with the metadata at
+//!   start (recorded deletions, stray folders, `partition.metadata`).
 //! - `connection`: framing, request header, in-order dispatch per
 //!   connection, limits (`socket.request.max.bytes`, idle timeout).
 //! - `handlers`: one file per Kafka API (decode, delegate, respond), each
@@ -17,6 +19,7 @@ mod fetch_session;
 mod groups;
 mod handlers;
 pub mod internal_topics;
+mod reconcile;
 pub mod server;
 
 pub use broker::Broker;

@@ -1,5 +1,7 @@
 //! The controller crate's error type.
 
+use std::path::PathBuf;
+
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -13,6 +15,27 @@ pub enum ControllerError {
     /// A record batch of the metadata log failed to decode.
     #[error(transparent)]
     Protocol(#[from] sluice_protocol::ProtocolError),
+    /// A snapshot file that is not a complete, valid snapshot.
+    #[error("metadata snapshot {path}: {reason}")]
+    Snapshot { path: PathBuf, reason: String },
+    /// File system trouble with a snapshot file or the metadata folder.
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The metadata log and its snapshots do not add up to a complete
+    /// image (start-up refuses rather than run with topics missing).
+    #[error("metadata is incomplete: {0}")]
+    Inconsistent(String),
 }
 
 pub type Result<T, E = ControllerError> = std::result::Result<T, E>;
+
+pub(crate) fn io_at(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> ControllerError + '_ {
+    move |source| ControllerError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}

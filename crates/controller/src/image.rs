@@ -27,7 +27,7 @@ pub struct TopicImage {
 }
 
 /// Topics by name and id, plus dynamic broker configs.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetadataImage {
     topics: BTreeMap<String, TopicImage>,
     names: HashMap<Uuid, String>,
@@ -118,6 +118,50 @@ impl MetadataImage {
     pub fn broker_configs(&self) -> &BTreeMap<String, String> {
         &self.broker_configs
     }
+
+    /// The records that rebuild this image from nothing (what a snapshot
+    /// holds): per topic its TopicRecord, ConfigRecords and
+    /// PartitionRecords, then the broker configs (cluster default, resource
+    /// name "").
+    pub fn to_records(&self) -> Vec<MetadataRecord> {
+        let mut out = Vec::new();
+        for t in self.topics.values() {
+            out.push(MetadataRecord::Topic {
+                name: t.name.clone(),
+                topic_id: t.id,
+            });
+            out.extend(t.configs.iter().map(|(k, v)| MetadataRecord::Config {
+                resource_type: RESOURCE_TOPIC,
+                resource_name: t.name.clone(),
+                name: k.clone(),
+                value: Some(v.clone()),
+            }));
+            out.extend(
+                t.partitions
+                    .iter()
+                    .map(|(&p, pi)| MetadataRecord::Partition {
+                        partition_id: p,
+                        topic_id: t.id,
+                        replicas: pi.replicas.clone(),
+                        isr: pi.isr.clone(),
+                        leader: pi.leader,
+                        leader_epoch: pi.leader_epoch,
+                        partition_epoch: pi.partition_epoch,
+                    }),
+            );
+        }
+        out.extend(
+            self.broker_configs
+                .iter()
+                .map(|(k, v)| MetadataRecord::Config {
+                    resource_type: RESOURCE_BROKER,
+                    resource_name: String::new(),
+                    name: k.clone(),
+                    value: Some(v.clone()),
+                }),
+        );
+        out
+    }
 }
 
 #[cfg(test)]
@@ -163,5 +207,49 @@ mod tests {
         img.apply(&MetadataRecord::RemoveTopic { topic_id: id });
         assert!(img.topic("t").is_none());
         assert_eq!(img.topics().count(), 0);
+    }
+
+    #[test]
+    fn to_records_rebuilds_the_same_image() {
+        let mut img = MetadataImage::default();
+        for (i, name) in ["a", "b", "gone"].iter().enumerate() {
+            let id = Uuid::from_u128(i as u128 + 1);
+            img.apply(&MetadataRecord::Topic {
+                name: (*name).into(),
+                topic_id: id,
+            });
+            for p in 0..=i as i32 {
+                img.apply(&MetadataRecord::Partition {
+                    partition_id: p,
+                    topic_id: id,
+                    replicas: vec![1],
+                    isr: vec![1],
+                    leader: 1,
+                    leader_epoch: p,
+                    partition_epoch: 0,
+                });
+            }
+            img.apply(&MetadataRecord::Config {
+                resource_type: RESOURCE_TOPIC,
+                resource_name: (*name).into(),
+                name: "retention.ms".into(),
+                value: Some(format!("{i}")),
+            });
+        }
+        img.apply(&MetadataRecord::RemoveTopic {
+            topic_id: Uuid::from_u128(3),
+        });
+        img.apply(&MetadataRecord::Config {
+            resource_type: RESOURCE_BROKER,
+            resource_name: String::new(),
+            name: "log.retention.ms".into(),
+            value: Some("5".into()),
+        });
+        let mut rebuilt = MetadataImage::default();
+        for r in img.to_records() {
+            rebuilt.apply(&r);
+        }
+        assert_eq!(rebuilt, img);
+        assert_eq!(rebuilt.topics().count(), 2);
     }
 }

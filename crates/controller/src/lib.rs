@@ -7,14 +7,19 @@
 //! - [`records`]: Kafka's metadata record types and framing.
 //! - [`image`]: the in-memory picture the records build (topics, partitions,
 //!   configs).
-//! - [`store`]: the metadata log on disk, replayed at start.
+//! - [`store`]: the metadata log on disk and its snapshots: the newest valid
+//!   snapshot plus the log after it are loaded at start; snapshots are taken
+//!   in the background and are the only way the log ever shrinks.
+//! - [`snapshot`]: the snapshot file format (KRaft's `.checkpoint` files).
 
 pub mod error;
 pub mod image;
 pub mod records;
+pub mod snapshot;
 pub mod store;
 
 pub use error::{ControllerError, Result};
 pub use image::{MetadataImage, PartitionImage, TopicImage};
 pub use records::MetadataRecord;
-pub use store::MetadataStore;
+pub use snapshot::SnapshotId;
+pub use store::{MetadataLogConfig, MetadataStore, RecordedRemoval};

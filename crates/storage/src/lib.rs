@@ -9,7 +9,8 @@
 //! - [`cleaner`] compacts `cleanup.policy=compact` logs in the background.
 //! - [`LogManager`] (module [`manager`]) owns every partition of a data
 //!   folder, the data-folder checkpoints and the background work.
-//! - [`checkpoint`] and [`epoch`] keep Kafka's text checkpoint files.
+//! - [`checkpoint`] and [`epoch`] keep Kafka's text checkpoint files;
+//!   [`partition_metadata`] the topic id of a partition folder.
 //! - [`config`] holds Kafka's topic config names and defaults.
 
 pub mod checkpoint;
@@ -21,6 +22,7 @@ pub mod error;
 pub(crate) mod index;
 pub mod log;
 pub mod manager;
+pub mod partition_metadata;
 pub mod segment;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -29,6 +31,12 @@ pub use error::{Result, StorageError};
 pub use log::{AppendInfo, Log, LogOpenOptions, OffsetSpec, ReadInfo, ReadLimit, TimestampOffset};
 pub use manager::{LogManager, ManagerConfig};
 pub use segment::FileRegion;
+
+/// The KRaft metadata log's topic (Kafka's `Topic.CLUSTER_METADATA_TOPIC_NAME`).
+/// Its folder `__cluster_metadata-0` belongs to the controller: the
+/// [`LogManager`] never opens it, so topic retention, size retention and the
+/// cleaner can never touch it whatever the broker's defaults say.
+pub const CLUSTER_METADATA_TOPIC: &str = "__cluster_metadata";
 
 /// A topic name and partition number.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

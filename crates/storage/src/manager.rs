@@ -8,6 +8,13 @@
 //! `cleaner-offset-checkpoint` — opens all partitions in parallel at start,
 //! and runs retention, time-based flushing, checkpointing and the cleaner on
 //! background threads.
+//!
+//! Two kinds of folders are never opened as logs: the KRaft metadata log
+//! `__cluster_metadata-0` (owned by the controller, which shrinks it only
+//! through metadata snapshots: no retention, no cleaner can ever see it, as
+//! Kafka's `LogManager` skips it), and stray folders `<tp>.<id>-stray` (a
+//! partition the metadata did not know at start, moved aside by
+//! [`LogManager::rename_stray`] and kept for an operator to look at).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,7 +31,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::LogConfig;
 use crate::error::{bad_file, IoContext, Result, StorageError};
 use crate::log::{Log, LogOpenOptions};
-use crate::TopicPartition;
+use crate::{TopicPartition, CLUSTER_METADATA_TOPIC};
 
 /// Name of the clean-shutdown marker in the data folder.
 pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
@@ -32,6 +39,9 @@ pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
 pub const META_PROPERTIES: &str = "meta.properties";
 /// Suffix of partition folders being deleted.
 const DELETE_DIR_SUFFIX: &str = "-delete";
+/// Suffix of partition folders set aside because the metadata does not know
+/// them (Kafka's stray logs, `<topic>-<partition>.<id>-stray`).
+pub const STRAY_DIR_SUFFIX: &str = "-stray";
 /// Data-folder format versions this build reads (`version=` in
 /// meta.properties, as Kafka: 0 for ZooKeeper-era folders, 1 for KRaft).
 const SUPPORTED_VERSIONS: &[&str] = &["0", "1"];
@@ -125,12 +135,22 @@ impl LogManager {
             }
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.ends_with(DELETE_DIR_SUFFIX) {
+                // Renamed by `delete` after the deletion was recorded.
+                tracing::info!(path = %path.display(), "removing partition folder of a deleted topic");
                 std::fs::remove_dir_all(&path).at(&path)?;
+                continue;
+            }
+            if name.ends_with(STRAY_DIR_SUFFIX) {
+                tracing::warn!(path = %path.display(), "keeping stray partition folder (not loaded; remove it by hand once inspected)");
                 continue;
             }
             let Some(tp) = TopicPartition::from_dir_name(&name) else {
                 return Err(bad_file(&path, "folder name is not <topic>-<partition>"));
             };
+            if tp.topic == CLUSTER_METADATA_TOPIC {
+                // The controller opens it with its own settings.
+                continue;
+            }
             todo.push((tp, path));
         }
         let started = Instant::now();
@@ -201,8 +221,15 @@ impl LogManager {
             .collect()
     }
 
-    /// The log of `tp`, created with `config` if it does not exist.
+    /// The log of `tp`, created with `config` if it does not exist. The
+    /// metadata log is refused: it is never a managed log.
     pub fn get_or_create(&self, tp: &TopicPartition, config: LogConfig) -> Result<Arc<Log>> {
+        if tp.topic == CLUSTER_METADATA_TOPIC {
+            return Err(bad_file(
+                &self.config.log_dir.join(tp.dir_name()),
+                "the metadata log is owned by the controller, not the log manager",
+            ));
+        }
         if let Some(l) = self.get(tp) {
             return Ok(l);
         }
@@ -248,10 +275,37 @@ impl LogManager {
         Ok(true)
     }
 
+    /// Moves a partition the metadata does not know out of the way without
+    /// deleting anything: its folder is renamed `<tp>.<id>-stray` (Kafka's
+    /// stray logs; the topic part is shortened so the name stays within 255
+    /// bytes) and the log leaves the manager. Returns the new folder.
+    pub fn rename_stray(&self, tp: &TopicPartition) -> Result<Option<PathBuf>> {
+        let Some(log) = self
+            .logs
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(tp)
+        else {
+            return Ok(None);
+        };
+        lock(&self.first_dirty).remove(tp);
+        // Flush and seal what is there so the folder is complete on its own.
+        if let Err(e) = log.close() {
+            tracing::warn!(partition = %tp, error = %e, "closing stray log failed; renaming it anyway");
+        }
+        let aside = self.config.log_dir.join(stray_dir_name(tp));
+        std::fs::rename(log.dir(), &aside).at(log.dir())?;
+        checkpoint::sync_dir(&self.config.log_dir)?;
+        Ok(Some(aside))
+    }
+
     /// One retention pass over every log; returns segments deleted.
     pub fn run_retention(&self) -> usize {
         let mut deleted = 0;
         for log in self.logs() {
+            if log.topic_partition().topic == CLUSTER_METADATA_TOPIC {
+                continue; // never managed; belt and braces
+            }
             match log.delete_old_segments() {
                 Ok(n) => deleted += n,
                 Err(e) => {
@@ -314,7 +368,7 @@ impl LogManager {
         let dirty = lock(&self.first_dirty).clone();
         let mut best: Option<(f64, Arc<Log>, i64)> = None;
         for log in self.logs() {
-            if log.is_offline() {
+            if log.is_offline() || log.topic_partition().topic == CLUSTER_METADATA_TOPIC {
                 continue;
             }
             let first = dirty.get(log.topic_partition()).copied().unwrap_or(0);
@@ -437,6 +491,19 @@ impl LogManager {
         tracing::info!(dir = %self.config.log_dir.display(), clean, "log manager shut down");
         Ok(())
     }
+}
+
+/// `<topic>-<partition>.<unique id>-stray`, the topic shortened so the
+/// name fits in 255 bytes (Kafka's `logDirNameWithSuffixCappedLength`).
+fn stray_dir_name(tp: &TopicPartition) -> String {
+    let id = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let suffix = format!("-{}.{id:032x}{STRAY_DIR_SUFFIX}", tp.partition);
+    let keep = tp.topic.len().min(255usize.saturating_sub(suffix.len()));
+    // Topic names are ASCII (Kafka's rules), so any byte index is a boundary.
+    let topic = tp.topic.get(..keep).unwrap_or(&tp.topic);
+    format!("{topic}{suffix}")
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {

@@ -99,10 +99,7 @@ async fn produce_never_creates_and_refuses_internal_topics() {
     );
 
     broker.ensure_offsets_topic(2).expect("offsets topic");
-    let meta = broker
-        .logs
-        .get(&sluice_storage::TopicPartition::new(METADATA_TOPIC, 0))
-        .expect("metadata log");
+    let meta = std::sync::Arc::clone(broker.metadata.log());
     let meta_end = meta.log_end_offset();
     let (code, _) = produce(&broker, METADATA_TOPIC).await;
     assert_eq!(code, ResponseError::UnknownTopicOrPartition.code());

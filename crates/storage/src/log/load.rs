@@ -27,6 +27,16 @@ const KNOWN_FILES: &[&str] = &[
     "partition.metadata",
 ];
 
+/// Suffixes of KRaft snapshot files (`<offset>-<epoch>.checkpoint`, and
+/// partial, deleted and set-aside corrupt ones) that the metadata log's
+/// folder holds beside its segments; the controller owns them.
+const SNAPSHOT_SUFFIXES: &[&str] = &[
+    ".checkpoint",
+    ".checkpoint.part",
+    ".checkpoint.deleted",
+    ".checkpoint.corrupt",
+];
+
 /// Parses a 20-digit segment file stem.
 fn parse_base(stem: &str) -> Option<i64> {
     (stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()))
@@ -232,6 +242,9 @@ fn prepare_folder(dir: &Path) -> Result<Vec<i64>> {
         let entry = entry.at(dir)?;
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
+        if SNAPSHOT_SUFFIXES.iter().any(|s| name.ends_with(s)) {
+            continue;
+        }
         if KNOWN_FILES.contains(&name.as_str()) || name.ends_with(".tmp") {
             if name.ends_with(".tmp") {
                 std::fs::remove_file(&path).at(&path)?;

@@ -74,6 +74,41 @@ impl Log {
         self.delete_old_segments().map(|_| ())
     }
 
+    /// Moves the log start offset forward to `offset` and deletes the
+    /// segments that lie wholly below it — nothing else: no time or size
+    /// retention applies, whatever the config says. This is how the metadata
+    /// log shrinks after a snapshot covering everything below `offset`.
+    /// `offset` must not exceed the high watermark. Returns the number of
+    /// segments deleted.
+    pub fn truncate_prefix_to(&self, offset: i64) -> Result<usize> {
+        let hw = self.high_watermark();
+        if offset > hw {
+            return Err(StorageError::OffsetOutOfRange {
+                offset,
+                log_start: self.log_start_offset(),
+                log_end: hw,
+            });
+        }
+        let _w = self.writer();
+        self.check_online()?;
+        if offset > self.log_start_offset() {
+            self.set_log_start_offset(offset)?;
+        }
+        let log_start = self.log_start_offset();
+        let segs: Vec<Arc<Segment>> = self.read_segments().values().cloned().collect();
+        let doomed: Vec<Arc<Segment>> = segs
+            .windows(2)
+            .take_while(|w| w[1].base_offset <= log_start)
+            .map(|w| Arc::clone(&w[0]))
+            .collect();
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        self.remove_segments(&doomed)?;
+        tracing::info!(partition = %self.tp, deleted = doomed.len(), log_start, "deleted segments below the log start offset");
+        Ok(doomed.len())
+    }
+
     fn set_log_start_offset(&self, offset: i64) -> Result<()> {
         self.log_start_offset.fetch_max(offset, Ordering::AcqRel);
         self.high_watermark.fetch_max(offset, Ordering::AcqRel);

@@ -508,3 +508,58 @@ fn segment_ms_compares_record_time_not_wall_time() {
         "rolled once the batches span segment.ms"
     );
 }
+
+#[test]
+fn truncate_prefix_moves_the_start_and_ignores_retention() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let log = open(dir.path(), small_config(), &clock);
+    for i in 0..40 {
+        log.append_as_leader(&mut batch(2, T0 + i, "a"), 0)
+            .expect("append");
+    }
+    log.set_high_watermark(log.log_end_offset());
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() >= 4, "{bases:?}");
+    // Far past retention.ms, but truncate_prefix_to never applies it.
+    clock.advance(30 * 24 * 3600 * 1000);
+    let cut = bases[2] + 1;
+    assert_eq!(log.truncate_prefix_to(cut).expect("truncate"), 2);
+    assert_eq!(log.log_start_offset(), cut);
+    assert_eq!(log.segment_base_offsets(), bases[2..].to_vec());
+    assert_eq!(values(&log, cut).len() as i64, 80 - cut);
+    assert!(log.read(cut - 1, 100, ReadLimit::LogEnd, true).is_err());
+    // Never backwards, never past the high watermark, never the active one.
+    assert_eq!(log.truncate_prefix_to(1).expect("no-op"), 0);
+    assert_eq!(log.log_start_offset(), cut);
+    assert!(log.truncate_prefix_to(81).is_err());
+    log.truncate_prefix_to(80).expect("to the end");
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.log_end_offset(), 80);
+}
+
+#[test]
+fn snapshot_files_in_a_partition_folder_are_left_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    {
+        let log = open(dir.path(), small_config(), &clock);
+        log.append_as_leader(&mut batch(2, T0, "a"), 0)
+            .expect("append");
+        log.close().expect("close");
+    }
+    let names = [
+        "00000000000000000002-0000000000.checkpoint",
+        "00000000000000000002-0000000000.checkpoint.part",
+        "00000000000000000001-0000000000.checkpoint.deleted",
+        "00000000000000000001-0000000000.checkpoint.corrupt",
+    ];
+    for n in names {
+        std::fs::write(dir.path().join(n), b"snapshot").expect("write");
+    }
+    let log = open(dir.path(), small_config(), &clock);
+    assert_eq!(log.log_end_offset(), 2);
+    for n in names {
+        assert!(dir.path().join(n).exists(), "{n}");
+    }
+}

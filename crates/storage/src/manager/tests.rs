@@ -198,3 +198,118 @@ fn background_threads_flush_rolled_segments_and_stop() {
     m.shutdown().expect("shutdown");
     assert!(dir.path().join(CLEAN_SHUTDOWN_FILE).exists());
 }
+
+/// Writes a metadata-log folder the way the controller does (outside the
+/// manager), with batches stamped long ago.
+fn write_metadata_log(dir: &Path, clock: &Arc<ManualClock>) -> usize {
+    let tp = TopicPartition::new(CLUSTER_METADATA_TOPIC, 0);
+    let log = Log::open(
+        &dir.join(tp.dir_name()),
+        tp,
+        LogConfig {
+            segment_bytes: 200,
+            ..LogConfig::default()
+        },
+        LogOpenOptions::default(),
+        clock.clone(),
+    )
+    .expect("open metadata log");
+    for i in 0..20 {
+        log.append_as_leader(&mut batch(&format!("m{i}"), Some("v"), T0), 0)
+            .expect("append");
+    }
+    log.close().expect("close");
+    log.segment_count()
+}
+
+#[test]
+fn the_metadata_log_is_never_managed_whatever_the_retention_config() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let segments = write_metadata_log(dir.path(), &clock);
+    assert!(segments > 2, "{segments}");
+    let hostile = ManagerConfig {
+        default_config: LogConfig {
+            segment_bytes: 200,
+            retention_ms: 1,
+            retention_bytes: 0,
+            cleanup_policy: CleanupPolicy {
+                delete: true,
+                compact: true,
+            },
+            ..LogConfig::default()
+        },
+        ..config(dir.path(), &clock)
+    };
+    let m = LogManager::open(hostile).expect("open");
+    let tp = TopicPartition::new(CLUSTER_METADATA_TOPIC, 0);
+    assert!(m.get(&tp).is_none(), "the manager does not load it");
+    assert!(m.get_or_create(&tp, LogConfig::default()).is_err());
+    clock.advance(30 * 24 * 3_600_000);
+    m.run_retention();
+    while m.clean_once().expect("clean").is_some() {}
+    m.checkpoint().expect("checkpoint");
+    m.shutdown().expect("shutdown");
+    drop(m);
+    let logs = std::fs::read_dir(dir.path().join(tp.dir_name()))
+        .expect("ls")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .count();
+    assert_eq!(logs, segments, "every metadata segment is still there");
+    let log = Log::open(
+        &dir.path().join(tp.dir_name()),
+        tp,
+        LogConfig::default(),
+        LogOpenOptions::default(),
+        clock.clone(),
+    )
+    .expect("reopen");
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, 20));
+}
+
+#[test]
+fn stray_folders_are_renamed_aside_and_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config(dir.path(), &clock)).expect("open");
+    fill(&m, &["lost", "kept"], 1, 30);
+    let lost = TopicPartition::new("lost", 0);
+    let end = m.get(&lost).expect("log").log_end_offset();
+    let aside = m.rename_stray(&lost).expect("stray").expect("renamed");
+    assert!(m.rename_stray(&lost).expect("again").is_none());
+    let name = aside
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        name.starts_with("lost-0.") && name.ends_with(STRAY_DIR_SUFFIX),
+        "{name}"
+    );
+    assert!(!dir.path().join("lost-0").exists());
+    assert!(m.get(&lost).is_none());
+    m.shutdown().expect("shutdown");
+    drop(m);
+    // Reopening keeps the stray folder, does not load it, and its data is
+    // intact.
+    let m = LogManager::open(config(dir.path(), &clock)).expect("reopen");
+    assert!(aside.exists());
+    assert!(m.get(&lost).is_none());
+    assert!(m.get(&TopicPartition::new("kept", 0)).is_some());
+    drop(m);
+    let log = Log::open(
+        &aside,
+        lost,
+        LogConfig::default(),
+        LogOpenOptions::default(),
+        clock.clone(),
+    )
+    .expect("open stray");
+    assert_eq!(log.log_end_offset(), end);
+    // Long topic names are shortened to fit 255 bytes.
+    let long = TopicPartition::new("x".repeat(249), 7);
+    let n = stray_dir_name(&long);
+    assert!(n.len() <= 255 && n.ends_with(STRAY_DIR_SUFFIX), "{n}");
+    assert!(n.contains("-7."), "{n}");
+}

@@ -1,0 +1,71 @@
+//! Loading a `__consumer_offsets` partition never stops on data that does
+//! not decode: such a batch or record is logged with its offsets and
+//! skipped, and everything around it loads.
+
+use sluice_coordinator::offsets::PartitionCommit;
+
+use super::*;
+use crate::handlers::test_support::open_broker;
+
+fn commit_records(group: &str, offset: i64) -> Vec<OffsetsRecord> {
+    let store = OffsetStore::new(OffsetConfig::with_retention_minutes(10_080));
+    let out = store.commit(
+        group,
+        &[PartitionCommit {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        }],
+        now_ms(),
+        None,
+    );
+    out.records
+}
+
+#[test]
+fn undecodable_batches_and_records_are_skipped_and_the_rest_loads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let overrides = [("offsets.topic.num.partitions", "1")];
+    let broker = open_broker(dir.path(), &overrides);
+    broker.create_topic("t", 1, 1, &[], false).expect("create");
+    broker.ensure_offsets_topic(1).expect("offsets topic");
+    let log = broker.log(CONSUMER_OFFSETS_TOPIC, 0).expect("log");
+    append(&log, &commit_records("before", 5)).expect("append");
+    // A record whose key is no known schema.
+    append(
+        &log,
+        &[OffsetsRecord {
+            key: vec![0, 99, 1, 2],
+            value: Some(vec![1]),
+        }],
+    )
+    .expect("append");
+    // A batch with a valid CRC whose records do not decode.
+    let mut b = BatchBuilder::new(Compression::None, now_ms());
+    b.push(Record::new(
+        Some(b"k".to_vec()),
+        Some(vec![1, 2, 3]),
+        now_ms(),
+    ));
+    let mut bytes = b.build(0).expect("build");
+    let n = bytes.len();
+    bytes[n - 5] = 0x40; // value length past the end of the record
+    let crc = sluice_protocol::record::batch::compute_crc(&bytes);
+    bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+    assert!(decode_batch(&bytes, 1 << 20).is_err());
+    log.append_as_leader(&mut bytes, 0).expect("append");
+    append(&log, &commit_records("after", 7)).expect("append");
+    broker.shutdown().expect("shutdown");
+    drop((log, broker));
+
+    let broker = open_broker(dir.path(), &overrides);
+    let shard = broker.groups.shard(&broker, "before").expect("shard");
+    let shard = lock(&shard);
+    let offset = |g: &str| shard.offsets.offset(g, "t", 0).map(|o| o.offset);
+    assert_eq!(offset("before"), Some(5));
+    assert_eq!(offset("after"), Some(7));
+    drop(shard);
+    broker.shutdown().expect("shutdown");
+}
