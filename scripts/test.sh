@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite. Installs what the tests need on a fresh machine
 # (kcat from Debian; Python clients in a virtualenv under target/; kafkajs
-# from npm under tests/kafkajs/node_modules), then runs every Rust test and the compatibility tests against a real `sluice server`.
+# from npm under tests/kafkajs/node_modules), then runs every Rust test and
+# the compatibility tests against a real `sluice server`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
