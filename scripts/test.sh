@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite. Installs what the tests need on a fresh machine
-# (kcat from Debian; Python clients in a virtualenv under target/), then runs
-# every Rust test and the compatibility tests against a real `sluice server`.
+# (kcat from Debian; Python clients in a virtualenv under target/; kafkajs
+# from npm under tests/kafkajs/node_modules), then runs every Rust test and
+# the compatibility tests against a real `sluice server`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,16 @@ if [[ ! -x $VENV/bin/python ]]; then
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 export SLUICETEST_PYTHON="$PWD/$VENV/bin/python"
+
+# kafkajs (npm, pinned by tests/kafkajs/package-lock.json) for
+# tests/compat/test_kafkajs.py; node and npm come with the machine.
+if [[ ! -d tests/kafkajs/node_modules/kafkajs ]]; then
+  if [[ -f tests/kafkajs/package-lock.json ]]; then
+    (cd tests/kafkajs && npm ci --no-audit --no-fund --loglevel=error)
+  else
+    (cd tests/kafkajs && npm install --no-audit --no-fund --loglevel=error)
+  fi
+fi
 
 # Benchmarks must keep compiling; they are run by `cargo bench`, not here.
 cargo test --workspace --benches --no-run

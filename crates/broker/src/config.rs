@@ -332,6 +332,12 @@ const KEYS: &[(&str, Option<&str>, Kind, &str)] = &[
         Kind::Int,
         "fetch sessions kept",
     ),
+    (
+        "max.request.partition.size.limit",
+        Some("2000"),
+        Kind::Int,
+        "most partitions one DescribeTopicPartitions response holds",
+    ),
 ];
 
 /// A validated broker configuration.

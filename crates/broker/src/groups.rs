@@ -407,9 +407,16 @@ impl Groups {
 
     /// Runs the timers of every shard that is due; returns how long to
     /// sleep before the next deadline.
+    ///
+    /// Deadlines are whole milliseconds and one fires once its millisecond
+    /// is over: the machines are ticked with the clock one millisecond
+    /// behind. With their rule that a join or sync timer never fires in the
+    /// millisecond it was armed, a zero rebalance timeout leaves a member at
+    /// least a full millisecond after its JoinGroup response to send
+    /// SyncGroup, whatever else wakes this task.
     fn tick_all(&self) -> Duration {
         let shards: Vec<Arc<Mutex<Shard>>> = lock(&self.shards).values().cloned().collect();
-        let now = now_ms();
+        let now = now_ms() - 1;
         let mut next = now + 1_000;
         for s in shards {
             let mut shard = lock(&s);

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use sluice_client::{ClientConfig, Producer, ProducerConfig};
+use sluice_client::{ClientConfig, ClientError, Producer, ProducerConfig};
 use sluice_protocol::record::Compression;
 
 /// `--bootstrap-server` and `--timeout-ms`.
@@ -105,6 +105,23 @@ impl ProducerArgs {
         client.connecting(Producer::new(config)).await
     }
 }
+
+/// The error for a produce to `topic` that failed because the broker
+/// neither has nor creates the topic: producers' metadata requests ask for
+/// auto-creation, so UNKNOWN_TOPIC_OR_PARTITION means the broker does not
+/// create topics on first use. Other errors get `context`.
+pub fn produce_error(topic: &str, e: ClientError, context: String) -> anyhow::Error {
+    if e.code() == Some(UNKNOWN_TOPIC_OR_PARTITION) {
+        anyhow::anyhow!(
+            "topic {topic} does not exist and the broker does not create topics on first use \
+             (auto.create.topics.enable=false); create it with `sluice topic create {topic}`"
+        )
+    } else {
+        anyhow::Error::new(e).context(context)
+    }
+}
+
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 /// `--acks`: `all` or `-1`, `0`, `1`.
 pub fn parse_acks(s: &str) -> Result<i16, String> {

@@ -19,7 +19,7 @@ use sluice_client::producer::DeliveryFuture;
 use sluice_client::ProducerRecord;
 use tokio::sync::mpsc;
 
-use crate::client_args::{parse_kv, ClientArgs, ProducerArgs};
+use crate::client_args::{parse_kv, produce_error, ClientArgs, ProducerArgs};
 
 /// Most deliveries awaited at once.
 const MAX_IN_FLIGHT: usize = 10_000;
@@ -145,10 +145,13 @@ async fn run_async(args: &ProduceArgs) -> anyhow::Result<()> {
                 return Err(e);
             }
         };
-        let delivery = producer
-            .send(record)
-            .await
-            .with_context(|| format!("cannot send line {number} to {}", args.topic))?;
+        let delivery = producer.send(record).await.map_err(|e| {
+            produce_error(
+                &args.topic,
+                e,
+                format!("cannot send line {number} to {}", args.topic),
+            )
+        })?;
         in_flight.push_back((number, delivery));
         sent += 1;
         while in_flight.len() >= MAX_IN_FLIGHT {

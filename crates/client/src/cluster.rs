@@ -164,14 +164,38 @@ impl Cluster {
     /// into the cache; returns the raw response's topics as a [`Metadata`].
     /// Topics reported with an error are dropped from the cache; their errors
     /// are returned in the second element.
+    ///
+    /// The request does not ask the broker to create missing topics (what
+    /// consumers and admin clients send); producers use
+    /// [`refresh_creating`](Self::refresh_creating).
     pub async fn refresh(
         &self,
         topics: Option<&[String]>,
     ) -> Result<(Metadata, Vec<(String, ClientError)>)> {
+        self.refresh_inner(topics, false).await
+    }
+
+    /// [`refresh`](Self::refresh) for the named topics, asking the broker
+    /// to create the missing ones where it allows auto-creation
+    /// (`allow_auto_topic_creation`, as the Java producer's metadata
+    /// requests do). A topic the broker does not create comes back in the
+    /// errors (UNKNOWN_TOPIC_OR_PARTITION).
+    pub async fn refresh_creating(
+        &self,
+        topics: &[String],
+    ) -> Result<(Metadata, Vec<(String, ClientError)>)> {
+        self.refresh_inner(Some(topics), true).await
+    }
+
+    async fn refresh_inner(
+        &self,
+        topics: Option<&[String]>,
+        allow_auto_create: bool,
+    ) -> Result<(Metadata, Vec<(String, ClientError)>)> {
         let mut backoff = self.config.retry_backoff;
         let mut attempt = 0;
         let resp: MetadataResponse = loop {
-            match self.fetch_metadata(topics).await {
+            match self.fetch_metadata(topics, allow_auto_create).await {
                 Ok(r) => break r,
                 Err(e) if e.is_retriable() && attempt < self.config.retries => {
                     attempt += 1;
@@ -253,12 +277,16 @@ impl Cluster {
         Ok((fresh, errors))
     }
 
-    async fn fetch_metadata(&self, topics: Option<&[String]>) -> Result<MetadataResponse> {
+    async fn fetch_metadata(
+        &self,
+        topics: Option<&[String]>,
+        allow_auto_create: bool,
+    ) -> Result<MetadataResponse> {
         let conn = self.any_connection().await?;
         let mut conn = conn.lock().await;
         let version = conn.version_for(ApiKey::Metadata, METADATA_MAX)?;
         let mut req = MetadataRequest::default();
-        req.allow_auto_topic_creation = false;
+        req.allow_auto_topic_creation = allow_auto_create;
         req.topics = match topics {
             None if version == 0 => Some(Vec::new()),
             None => None,

@@ -15,7 +15,7 @@ use sluice_protocol::record::codec::decode_batch;
 use sluice_protocol::record::{Compression, Record};
 
 mod common;
-use common::{start, TestServer};
+use common::{start, start_with, TestServer};
 
 impl TestServer {
     /// Every record of `topic`/`partition` from offset 0.
@@ -171,9 +171,26 @@ async fn explicit_keyed_and_keyless_partitioning() {
         .send(ProducerRecord::new("parts", b"x".to_vec()).partition(4))
         .await
         .is_err());
-    // Unknown topic fails.
-    assert!(p
+    // A missing topic is created by the producer's metadata request (the
+    // broker allows auto-creation by default), with the broker's defaults.
+    let m = p
         .send(ProducerRecord::new("no-such-topic", b"x".to_vec()))
+        .await
+        .expect("send")
+        .await
+        .expect("delivered");
+    assert_eq!((m.partition, m.offset), (0, 0));
+    // Plain metadata requests (consumers, admin) never create topics.
+    let (md, errors) = p
+        .cluster()
+        .refresh(Some(&["not-created".to_string()]))
+        .await
+        .expect("metadata");
+    assert!(md.topics.is_empty());
+    assert_eq!(errors[0].1.code(), Some(3));
+    // A topic name the broker cannot create fails.
+    assert!(p
+        .send(ProducerRecord::new("bad/name", b"x".to_vec()))
         .await
         .is_err());
     p.close().await.expect("close");
@@ -453,4 +470,21 @@ async fn delivery_timeout_must_cover_linger_and_request_timeout() {
     cfg.validate().expect("the boundary is allowed");
     cfg.max_in_flight = 0;
     assert!(cfg.validate().is_err(), "max.in.flight must be at least 1");
+}
+
+#[tokio::test]
+async fn missing_topic_fails_when_the_broker_does_not_create_it() {
+    let s = start_with(|c| {
+        c.set("auto.create.topics.enable", "false")
+            .expect("auto.create.topics.enable");
+    })
+    .await;
+    let p = s.producer(|_| {}).await;
+    let e = p
+        .send(ProducerRecord::new("absent", b"x".to_vec()))
+        .await
+        .expect_err("no topic, no auto-creation");
+    assert_eq!(e.code(), Some(3), "UNKNOWN_TOPIC_OR_PARTITION: {e}");
+    p.close().await.expect("close");
+    s.stop().await;
 }

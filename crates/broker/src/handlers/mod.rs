@@ -15,6 +15,7 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
+mod describe_topic_partitions;
 pub(crate) mod errors;
 mod fetch;
 mod find_coordinator;
@@ -95,6 +96,7 @@ apis! {
     OffsetCommit => offset_commit, OffsetCommitRequest;
     OffsetFetch => offset_fetch, OffsetFetchRequest;
     OffsetDelete => offset_delete, OffsetDeleteRequest;
+    DescribeTopicPartitions => describe_topic_partitions, DescribeTopicPartitionsRequest;
 }
 
 fn supported(key: ApiKey) -> Option<(i16, i16)> {
@@ -211,6 +213,9 @@ pub(crate) async fn handle(
         Request::OffsetCommit(req) => ctx.respond(&offset_commit::handle(broker, req, &ctx)),
         Request::OffsetFetch(req) => ctx.respond(&offset_fetch::handle(broker, req, &ctx)),
         Request::OffsetDelete(req) => ctx.respond(&offset_delete::handle(broker, req, &ctx)),
+        Request::DescribeTopicPartitions(req) => {
+            ctx.respond(&describe_topic_partitions::handle(broker, req, &ctx))
+        }
     }
 }
 

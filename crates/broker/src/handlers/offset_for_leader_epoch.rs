@@ -80,7 +80,7 @@ pub(crate) fn handle(
 }
 
 /// Kafka's `Partition.checkCurrentLeaderEpoch`.
-fn check_current_epoch(requested: i32, current: i32) -> Result<(), ResponseError> {
+pub(super) fn check_current_epoch(requested: i32, current: i32) -> Result<(), ResponseError> {
     if requested == UNDEFINED_EPOCH || requested == current {
         Ok(())
     } else if requested < current {

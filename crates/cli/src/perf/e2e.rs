@@ -21,7 +21,7 @@ use sluice_protocol::record::Compression;
 use tokio::task::JoinSet;
 
 use super::{Counters, Histogram, Reporter, Summary, Throttle, Window, WindowFormat};
-use crate::client_args::{parse_acks, parse_compression, ClientArgs, ProducerArgs};
+use crate::client_args::{parse_acks, parse_compression, produce_error, ClientArgs, ProducerArgs};
 
 /// Run id + send time.
 const STAMP: usize = 16;
@@ -145,10 +145,10 @@ pub async fn run(args: &PerfE2eArgs) -> anyhow::Result<()> {
     let producer = producer_args.connect(&args.client).await?;
     producer
         .cluster()
-        .refresh(Some(std::slice::from_ref(&args.topic)))
+        .refresh_creating(std::slice::from_ref(&args.topic))
         .await
         .and_then(|(_, errors)| errors.into_iter().next().map_or(Ok(()), |(_, e)| Err(e)))
-        .with_context(|| format!("cannot produce to {topic}"))?;
+        .map_err(|e| produce_error(&args.topic, e, format!("cannot produce to {topic}")))?;
 
     let run_id = run_id();
     let counters = Arc::new(Counters::default());

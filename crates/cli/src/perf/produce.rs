@@ -13,7 +13,7 @@ use anyhow::{bail, Context};
 use sluice_client::{Producer, ProducerRecord};
 
 use super::{Counters, Histogram, Reporter, Summary, Throttle, Window};
-use crate::client_args::{ClientArgs, ProducerArgs};
+use crate::client_args::{produce_error, ClientArgs, ProducerArgs};
 
 /// `sluice perf produce`.
 #[derive(Debug, clap::Args)]
@@ -75,10 +75,12 @@ pub async fn run(args: &PerfProduceArgs) -> anyhow::Result<()> {
     for _ in 0..args.producers {
         let p = args.producer.connect(&args.client).await?;
         p.cluster()
-            .refresh(Some(std::slice::from_ref(&args.topic)))
+            .refresh_creating(std::slice::from_ref(&args.topic))
             .await
             .and_then(|(_, errors)| errors.into_iter().next().map_or(Ok(()), |(_, e)| Err(e)))
-            .with_context(|| format!("cannot produce to {}", args.topic))?;
+            .map_err(|e| {
+                produce_error(&args.topic, e, format!("cannot produce to {}", args.topic))
+            })?;
         producers.push(p);
     }
     let counters = Arc::new(Counters::default());

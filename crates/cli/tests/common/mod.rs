@@ -32,6 +32,12 @@ pub fn free_port() -> u16 {
 }
 
 pub fn start_server() -> Server {
+    start_server_with(&[])
+}
+
+/// A server started with extra `sluice server` arguments (e.g.
+/// `--override KEY=VALUE`).
+pub fn start_server_with(extra: &[&str]) -> Server {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
@@ -42,6 +48,7 @@ pub fn start_server() -> Server {
         .arg(&data)
         .arg("--listeners")
         .arg(format!("PLAINTEXT://{addr}"))
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

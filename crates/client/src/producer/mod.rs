@@ -19,7 +19,10 @@
 //! mean stale metadata (`NOT_LEADER_OR_FOLLOWER`,
 //! `UNKNOWN_TOPIC_OR_PARTITION`, lost connections) also trigger a background
 //! metadata refresh. Partitions without a known leader keep their batches in
-//! the accumulator while the metadata is refreshed.
+//! the accumulator while the metadata is refreshed. The producer's metadata
+//! requests ask the broker to create a missing topic
+//! (`allow_auto_topic_creation`, as the Java producer's do): where the
+//! broker allows auto-creation, producing to a new topic creates it.
 //!
 //! # Ordering
 //!
@@ -453,7 +456,7 @@ impl Producer {
         let (md, errors) = self
             .inner
             .cluster
-            .refresh(Some(&[topic.to_string()]))
+            .refresh_creating(&[topic.to_string()])
             .await?;
         if let Some((_, e)) = errors.into_iter().next() {
             return Err(e);

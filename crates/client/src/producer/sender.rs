@@ -550,7 +550,7 @@ async fn refresh_metadata(inner: Arc<Inner>) {
             }
             std::mem::take(&mut st.refresh_topics).into_iter().collect()
         };
-        match inner.cluster.refresh(Some(&topics)).await {
+        match inner.cluster.refresh_creating(&topics).await {
             Ok((md, _)) => {
                 let mut st = inner.lock();
                 for (name, t) in &md.topics {

@@ -162,11 +162,7 @@ impl GroupCoordinator {
                 g.reschedule_heartbeat(id, now_ms);
             }
             if g.members.len() > self.cfg.max_size {
-                let mut ctx = Ctx {
-                    cfg: &self.cfg,
-                    now: now_ms,
-                    fx: &mut fx,
-                };
+                let mut ctx = Ctx::new(&self.cfg, now_ms, &mut fx);
                 g.prepare_rebalance(&mut ctx, "loaded group is over group.max.size");
             }
         }

@@ -159,11 +159,7 @@ impl GroupCoordinator {
             .groups
             .entry(req.group_id.clone())
             .or_insert_with(|| ClassicGroup::new(&req.group_id, now_ms));
-        let mut ctx = Ctx {
-            cfg: &self.cfg,
-            now: now_ms,
-            fx: &mut fx,
-        };
+        let mut ctx = Ctx::new(&self.cfg, now_ms, &mut fx);
         group.join(&mut ctx, req, token, new_member_id);
         if is_new_group && fx.records.is_empty() {
             // Kafka persists a newly created group right away, without
@@ -202,11 +198,7 @@ impl GroupCoordinator {
             return fx;
         }
         if let Some(group) = self.groups.get_mut(&req.group_id) {
-            let mut ctx = Ctx {
-                cfg: &self.cfg,
-                now: now_ms,
-                fx: &mut fx,
-            };
+            let mut ctx = Ctx::new(&self.cfg, now_ms, &mut fx);
             group.sync(&mut ctx, req, token);
         }
         fx
@@ -262,11 +254,7 @@ impl GroupCoordinator {
                 }
             }
             Some(group) => {
-                let mut ctx = Ctx {
-                    cfg: &self.cfg,
-                    now: now_ms,
-                    fx: &mut fx,
-                };
+                let mut ctx = Ctx::new(&self.cfg, now_ms, &mut fx);
                 for who in &req.members {
                     let outcome = group.leave_one(&mut ctx, who).err();
                     members.push((who.clone(), outcome));

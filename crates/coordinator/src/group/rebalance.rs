@@ -5,15 +5,32 @@
 //! timeout, pending-sync timeout).
 
 use super::error::GroupError;
-use super::state::{ClassicGroup, GroupState, JoinTimer};
+use super::state::{ClassicGroup, GroupState, JoinTimer, SyncTimer};
 use super::types::{Effects, GroupConfig, GroupRecord, JoinGroupResponse, SyncGroupResponse};
 
 /// What a group operation needs besides the group: config, the clock and
 /// where to put effects.
 pub(crate) struct Ctx<'a> {
     pub cfg: &'a GroupConfig,
+    /// The operation's time: the caller's clock, or a fired timer's
+    /// deadline.
     pub now: i64,
+    /// The caller's clock when the operation runs (`now` of the public
+    /// call, the tick's time for a fired timer). Join and sync timers
+    /// remember it: they never fire at the instant they were armed.
+    pub clock: i64,
     pub fx: &'a mut Effects,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(cfg: &'a GroupConfig, now: i64, fx: &'a mut Effects) -> Self {
+        Ctx {
+            cfg,
+            now,
+            clock: now,
+            fx,
+        }
+    }
 }
 
 impl ClassicGroup {
@@ -68,11 +85,13 @@ impl ClassicGroup {
             JoinTimer {
                 deadline: ctx.now + delay,
                 initial: Some((delay, (self.rebalance_timeout_ms() - delay).max(0))),
+                armed_at: ctx.clock,
             }
         } else {
             JoinTimer {
                 deadline: ctx.now + self.rebalance_timeout_ms(),
                 initial: None,
+                armed_at: ctx.clock,
             }
         });
         tracing::info!(group = %self.group_id, generation = self.generation, reason, "preparing to rebalance");
@@ -129,6 +148,7 @@ impl ClassicGroup {
             self.join_timer = Some(JoinTimer {
                 deadline: ctx.now + self.rebalance_timeout_ms(),
                 initial: None,
+                armed_at: ctx.clock,
             });
             return;
         }
@@ -172,7 +192,11 @@ impl ClassicGroup {
             self.reschedule_heartbeat(&id, ctx.now);
             self.pending_sync.insert(id);
         }
-        self.sync_timer = Some((ctx.now + self.rebalance_timeout_ms(), self.generation));
+        self.sync_timer = Some(SyncTimer {
+            deadline: ctx.now + self.rebalance_timeout_ms(),
+            generation: self.generation,
+            armed_at: ctx.clock,
+        });
     }
 
     /// Removes a member that left or expired and lets the group react: a
@@ -211,23 +235,38 @@ impl ClassicGroup {
 
     /// Fires the earliest timer due at or before `until`, as of its own
     /// deadline. Returns false when none is due.
+    ///
+    /// As in Kafka, where an expired timer is a separate event queued
+    /// behind the operation that armed it, a join or sync timer never fires
+    /// at the instant it was armed, however short its delay: not in the
+    /// call (or tick) that armed it, and not before the clock moved on. A
+    /// JoinGroup answered with a zero rebalance timeout is thus always
+    /// released before its sync deadline can pass, and a SyncGroup arriving
+    /// at the same instant is served first.
     pub fn fire_one_timer(&mut self, cfg: &GroupConfig, until: i64, fx: &mut Effects) -> bool {
-        let Some(deadline) = self.next_deadline().filter(|d| *d <= until) else {
+        let Some(deadline) = self.next_due_deadline(until) else {
             return false;
         };
         let mut ctx = Ctx {
             cfg,
             now: deadline,
+            clock: until,
             fx,
         };
         // Join and sync timers first: their outcome may answer parked
         // requests that also keep members alive.
-        if let Some(t) = self.join_timer.filter(|t| t.deadline == deadline) {
+        if let Some(t) = self
+            .join_timer
+            .filter(|t| t.deadline == deadline && t.armed_at < until)
+        {
             self.on_join_timer(&mut ctx, t);
             return true;
         }
-        if let Some((_, generation)) = self.sync_timer.filter(|(d, _)| *d == deadline) {
-            self.on_sync_timer(&mut ctx, generation);
+        if let Some(t) = self
+            .sync_timer
+            .filter(|t| t.deadline == deadline && t.armed_at < until)
+        {
+            self.on_sync_timer(&mut ctx, t.generation);
             return true;
         }
         if let Some(id) = self
@@ -263,6 +302,7 @@ impl ClassicGroup {
                 self.join_timer = Some(JoinTimer {
                     deadline: ctx.now + next_delay,
                     initial: Some((next_delay, next_remaining)),
+                    armed_at: ctx.clock,
                 });
             }
             _ => self.complete_join(ctx),

@@ -68,6 +68,19 @@ pub(crate) struct JoinTimer {
     pub deadline: i64,
     /// `Some((delay_ms, remaining_ms))` for the initial delayed join.
     pub initial: Option<(i64, i64)>,
+    /// The caller's clock when it was armed (see `fire_one_timer`).
+    pub armed_at: i64,
+}
+
+/// The deadline for members that got a JoinGroup response to send
+/// SyncGroup (`pending_sync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SyncTimer {
+    pub deadline: i64,
+    /// The generation it belongs to.
+    pub generation: i32,
+    /// The caller's clock when it was armed (see `fire_one_timer`).
+    pub armed_at: i64,
 }
 
 #[derive(Debug)]
@@ -91,8 +104,8 @@ pub(crate) struct ClassicGroup {
     /// A member joined during the initial delay: extend it.
     pub new_member_added: bool,
     pub join_timer: Option<JoinTimer>,
-    /// Deadline for `pending_sync`, with the generation it belongs to.
-    pub sync_timer: Option<(i64, i32)>,
+    /// Deadline for `pending_sync`.
+    pub sync_timer: Option<SyncTimer>,
 }
 
 impl ClassicGroup {
@@ -377,12 +390,35 @@ impl ClassicGroup {
         g
     }
 
-    /// Earliest timer of this group.
+    /// When this group's timers need the caller next: the earliest
+    /// deadline, but a join or sync timer not before the millisecond after
+    /// it was armed.
     pub fn next_deadline(&self) -> Option<i64> {
         let members = self.members.values().filter_map(|m| m.heartbeat_deadline);
         let pending = self.pending_members.values().copied();
-        let join = self.join_timer.map(|t| t.deadline);
-        let sync = self.sync_timer.map(|(d, _)| d);
+        let join = self.join_timer.map(|t| t.deadline.max(t.armed_at + 1));
+        let sync = self.sync_timer.map(|t| t.deadline.max(t.armed_at + 1));
         members.chain(pending).chain(join).chain(sync).min()
+    }
+
+    /// The earliest deadline that may fire in a tick at `until`: due, and
+    /// for join and sync timers armed before `until`.
+    pub fn next_due_deadline(&self, until: i64) -> Option<i64> {
+        let members = self.members.values().filter_map(|m| m.heartbeat_deadline);
+        let pending = self.pending_members.values().copied();
+        let join = self
+            .join_timer
+            .filter(|t| t.armed_at < until)
+            .map(|t| t.deadline);
+        let sync = self
+            .sync_timer
+            .filter(|t| t.armed_at < until)
+            .map(|t| t.deadline);
+        members
+            .chain(pending)
+            .chain(join)
+            .chain(sync)
+            .filter(|d| *d <= until)
+            .min()
     }
 }

@@ -85,7 +85,7 @@ fn initial_delay_is_bounded_by_rebalance_timeout() {
 }
 
 #[test]
-fn zero_initial_delay_completes_on_first_tick() {
+fn zero_initial_delay_completes_on_the_next_tick() {
     let mut h = Harness::with(GroupConfig {
         initial_rebalance_delay_ms: 0,
         ..GroupConfig::default()
@@ -95,7 +95,12 @@ fn zero_initial_delay_completes_on_first_tick() {
         h.join_resp(a).is_none(),
         "the join is answered by the timer"
     );
+    // The timer is a later event: not at the instant it was armed, but on
+    // the first tick after it.
+    assert_eq!(h.c.next_deadline(), Some(1));
     h.advance(0);
+    assert!(h.join_resp(a).is_none());
+    h.advance(1);
     assert_eq!(h.join_resp(a).unwrap().generation_id, 1);
 }
 

@@ -173,3 +173,57 @@ fn next_deadline_tracks_the_earliest_timer() {
     let fx = h.c.tick(5_000);
     assert!(fx.is_empty());
 }
+
+/// A member with `rebalance_timeout_ms = 0`: its sync deadline is the
+/// instant the join completes. As in Kafka, where the expiry is a later
+/// event, the JoinGroup response is released first and a SyncGroup at that
+/// same instant is served; only when the clock has moved on does the
+/// expiry remove a member that did not sync.
+#[test]
+fn zero_rebalance_timeout_lets_a_prompt_sync_through() {
+    let zero = || JoinGroupRequest {
+        rebalance_timeout_ms: 0,
+        ..join_req("")
+    };
+    let mut h = Harness::with(GroupConfig {
+        initial_rebalance_delay_ms: 0,
+        ..GroupConfig::default()
+    });
+    let t = h.join(zero());
+    // The join timer (initial delay 0) fires on the next tick; the sync
+    // timer it arms (deadline = that tick's deadline + 0) does not fire in
+    // the same tick.
+    h.advance(1);
+    let r = h.join_resp(t).expect("join answered");
+    assert_eq!((r.error, r.generation_id), (None, 1));
+    assert_eq!(h.state(), Some(GroupState::CompletingRebalance));
+    let fx = h.c.tick(h.now);
+    assert!(fx.is_empty(), "no expiry at the instant the join completed");
+    let st = h.sync(sync_req(&r.member_id, 1, &[(&r.member_id, b"a-0")]));
+    let s = h.sync_resp(st).expect("sync answered");
+    assert_eq!((s.error, s.assignment), (None, b"a-0".to_vec()));
+    assert_eq!(h.state(), Some(GroupState::Stable));
+
+    // A rejoin completes the join inside the JoinGroup call: the same.
+    let t = h.join(JoinGroupRequest {
+        member_id: r.member_id.clone(),
+        ..zero()
+    });
+    let r2 = h.join_resp(t).expect("rejoin answered at once");
+    assert_eq!(r2.generation_id, 2);
+    assert!(h.c.tick(h.now).is_empty());
+    let st = h.sync(sync_req(&r.member_id, 2, &[(&r.member_id, b"a-1")]));
+    assert_eq!(h.sync_resp(st).expect("sync").error, None);
+
+    // A member that does not sync is removed once the clock moves on.
+    let t = h.join(JoinGroupRequest {
+        member_id: r.member_id.clone(),
+        ..zero()
+    });
+    assert_eq!(h.join_resp(t).expect("rejoin").generation_id, 3);
+    h.advance(1);
+    assert_eq!(
+        h.heartbeat(&r.member_id, 3),
+        Err(GroupError::UnknownMemberId)
+    );
+}
