@@ -452,9 +452,10 @@ impl BrokerConfig {
     /// names are logged, never values.
     pub fn log_start_report(&self) {
         if !self.unknown.is_empty() {
+            let names: Vec<&str> = self.unknown.iter().map(String::as_str).collect();
             tracing::warn!(
-                "These configurations '{:?}' were supplied but are not used yet.",
-                self.unknown
+                "These configurations '[{}]' were supplied but are not used yet.",
+                names.join(", ")
             );
         }
         let idle = self.keys_without_effect();
