@@ -472,14 +472,14 @@ impl BrokerConfig {
     /// continued with a trailing `\`, and `\` escapes.
     pub fn apply_properties(&mut self, text: &str, source: &str) -> Result<()> {
         for (line_no, (k, v)) in parse_properties(text) {
-            if k.is_empty() {
-                return Err(invalid(
-                    &v,
-                    "",
-                    format!("{source}:{line_no}: expected key=value"),
-                ));
-            }
-            self.set(&k, &v)?;
+            self.set(&k, &v).map_err(|e| match e {
+                BrokerError::InvalidConfig { key, value, reason } => BrokerError::InvalidConfig {
+                    key,
+                    value,
+                    reason: format!("{reason} ({source}, line {line_no})"),
+                },
+                other => other,
+            })?;
         }
         Ok(())
     }
@@ -715,14 +715,22 @@ impl BrokerConfig {
                     .iter()
                     .find(|(k, _)| self.get(k).is_some())
                     .map_or(*topic_key, |(k, _)| *k);
-                invalid(server_key, &v, e.to_string())
+                let reason = match e {
+                    sluice_storage::StorageError::InvalidConfig { reason, .. } => reason,
+                    other => other.to_string(),
+                };
+                invalid(server_key, &v, reason)
             })?;
         }
         c.validate().map_err(|e| {
+            let reason = match e {
+                sluice_storage::StorageError::InvalidConfig { reason, .. } => reason,
+                other => other.to_string(),
+            };
             invalid(
                 "log.cleaner.min.compaction.lag.ms",
                 &self.str("log.cleaner.min.compaction.lag.ms"),
-                e.to_string(),
+                reason,
             )
         })?;
         Ok(c)
