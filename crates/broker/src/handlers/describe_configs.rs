@@ -696,4 +696,90 @@ mod tests {
         }
         broker.shutdown().expect("shutdown");
     }
+
+    /// CreateTopics v5+ answers with every topic config, sources included;
+    /// a bad config is INVALID_CONFIG naming the key.
+    #[test]
+    fn create_topics_v5_plus_returns_every_config() {
+        use proto_kafka::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+        use proto_kafka::messages::{CreateTopicsRequest, TopicName};
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(
+            dir.path(),
+            &[
+                ("log.preallocate", "true"),
+                ("log.segment.bytes", "1048576"),
+            ],
+        );
+        for v in 5..=super::super::create_topics::VERSIONS.1 {
+            let topic = |name: &str, configs: &[(&str, &str)]| {
+                let mut t = CreatableTopic::default();
+                t.name = TopicName(StrBytes::from_string(name.to_string()));
+                t.num_partitions = 1;
+                t.replication_factor = 1;
+                t.configs = configs
+                    .iter()
+                    .map(|(k, v)| {
+                        let mut c = CreatableTopicConfig::default();
+                        c.name = StrBytes::from_string(k.to_string());
+                        c.value = Some(StrBytes::from_string(v.to_string()));
+                        c
+                    })
+                    .collect();
+                t
+            };
+            let mut req = CreateTopicsRequest::default();
+            req.timeout_ms = 5000;
+            req.topics = vec![
+                topic(&format!("ct{v}"), &[("file.delete.delay.ms", "7")]),
+                topic(&format!("bad{v}"), &[("preallocate", "sometimes")]),
+            ];
+            let resp =
+                super::super::create_topics::handle(&broker, req, &ctx(ApiKey::CreateTopics, v));
+            let resp = roundtrip(&resp, v);
+            let ok = &resp.topics[0];
+            assert_eq!(ok.error_code, 0, "v{v}");
+            let configs = ok.configs.as_ref().expect("configs");
+            let names: Vec<&str> = configs.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(names, sluice_storage::config::KEYS, "v{v}");
+            let by = |k: &str| {
+                configs
+                    .iter()
+                    .find(|c| c.name.as_str() == k)
+                    .map(|c| {
+                        (
+                            c.value.as_ref().map(|s| s.to_string()),
+                            c.config_source,
+                            c.is_sensitive,
+                        )
+                    })
+                    .expect("config")
+            };
+            assert_eq!(
+                by("file.delete.delay.ms"),
+                (Some("7".into()), SOURCE_TOPIC, false)
+            );
+            assert_eq!(
+                by("preallocate"),
+                (Some("true".into()), SOURCE_STATIC_BROKER, false)
+            );
+            assert_eq!(
+                by("segment.jitter.ms"),
+                (Some("0".into()), SOURCE_DEFAULT, false)
+            );
+            let bad = &resp.topics[1];
+            assert_eq!(bad.error_code, ResponseError::InvalidConfig.code());
+            let msg = bad
+                .error_message
+                .as_ref()
+                .map(|m| m.to_string())
+                .unwrap_or_default();
+            assert_eq!(
+                msg,
+                "Invalid value sometimes for configuration preallocate: Expected value to be either true or false"
+            );
+        }
+        broker.shutdown().expect("shutdown");
+    }
 }
