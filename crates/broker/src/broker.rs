@@ -63,6 +63,11 @@ impl Broker {
     /// the logs in line with the metadata.
     pub fn open(config: BrokerConfig) -> Result<Arc<Self>> {
         config.validate()?;
+        config.log_start_report();
+        let unserved = config.unserved_listeners();
+        if !unserved.is_empty() {
+            tracing::warn!(listeners = ?unserved, "Sluice serves one broker listener; these are not served");
+        }
         let dir = config.data_dir();
         std::fs::create_dir_all(&dir).map_err(|e| io(dir.display().to_string(), e))?;
         let node_id = config.node_id();

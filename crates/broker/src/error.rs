@@ -6,10 +6,11 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum BrokerError {
     /// A config key that does not exist.
-    #[error("unknown config key {0}")]
+    #[error("Unknown config name: {0}")]
     UnknownConfig(String),
-    /// A config value that does not parse or is out of range.
-    #[error("invalid value {value:?} for config {key}: {reason}")]
+    /// A config value that does not parse or is out of range (Kafka's
+    /// `ConfigException` wording; secrets show as `[hidden]`).
+    #[error("Invalid value {value} for configuration {key}: {reason}")]
     InvalidConfig {
         key: String,
         value: String,

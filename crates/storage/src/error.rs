@@ -40,15 +40,16 @@ pub enum StorageError {
     /// A file in the data folder is not what its name says.
     #[error("{path}: {reason}")]
     BadFile { path: PathBuf, reason: String },
-    /// A topic config key or value that is not valid.
-    #[error("invalid value {value:?} for config {key}: {reason}")]
+    /// A topic config value that is not valid (Kafka's `ConfigException`
+    /// wording, which names the key).
+    #[error("Invalid value {value} for configuration {key}: {reason}")]
     InvalidConfig {
         key: String,
         value: String,
         reason: String,
     },
-    /// A config key that does not exist.
-    #[error("unknown topic config {0}")]
+    /// A config key that does not exist (Kafka's wording).
+    #[error("Unknown topic config name: {0}")]
     UnknownConfig(String),
     /// The log was closed or deleted while in use.
     #[error("log {0} is closed")]

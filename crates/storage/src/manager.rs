@@ -316,6 +316,15 @@ impl LogManager {
         deleted
     }
 
+    /// Unlinks segment files whose `file.delete.delay.ms` has passed.
+    pub fn delete_expired_files(&self) {
+        for log in self.logs() {
+            if let Err(e) = log.delete_expired_files() {
+                tracing::error!(partition = %log.topic_partition(), error = %e, "deleting segment files failed");
+            }
+        }
+    }
+
     /// Flushes logs whose `flush.ms` elapsed, and logs whose rolled
     /// segments are not yet on disk (Kafka flushes a segment when it rolls).
     pub fn flush_due(&self) {
@@ -430,6 +439,7 @@ impl LogManager {
         let mut next_checkpoint = Instant::now() + Duration::from_millis(c.checkpoint_interval_ms);
         while !self.wait_stop(tick) {
             self.flush_due();
+            self.delete_expired_files();
             let now = Instant::now();
             if now >= next_retention {
                 self.run_retention();

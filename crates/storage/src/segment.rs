@@ -4,11 +4,17 @@
 //! Appends come from one writer (the partition's append lock); reads use
 //! positioned reads on a shared file handle and only ever look below the
 //! published `size`, so they never wait for the writer.
+//!
+//! With `preallocate` a new `.log` file is created `segment.bytes` long
+//! (Kafka's `initFileSize`); the published size, not the file length, says
+//! where the data ends, the file is cut to its real size when the segment
+//! is sealed, and a recovery scan treats a zero-filled tail as unwritten
+//! space, never as data.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sluice_protocol::record::batch::{self, BatchHeader, HEADER_LEN};
@@ -68,6 +74,9 @@ pub(crate) struct ScanOutcome {
     /// larger than every earlier one: where each epoch starts in the valid
     /// prefix (for rebuilding the leader epoch cache).
     pub epoch_starts: Vec<(i32, i64)>,
+    /// The scan stopped at zero bytes: space never written (a preallocated
+    /// file, or pages a crash left unwritten), not a corrupt batch.
+    pub zero_tail: bool,
 }
 
 /// One segment of a partition log.
@@ -87,12 +96,33 @@ pub(crate) struct Segment {
     next_offset: AtomicI64,
     /// An index file was missing or unreadable when the segment was opened.
     pub(crate) indexes_missing: bool,
+    /// Time taken off the roll age of this segment (`segment.jitter.ms`,
+    /// drawn when the segment was created or opened, as Kafka does).
+    roll_jitter_ms: i64,
+    /// The `.log` file is longer than its data (preallocated, not yet cut).
+    preallocated: AtomicBool,
 }
 
 /// Settings a segment needs from the log config.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SegmentSettings {
     pub index_bytes: u64,
+    /// This segment's share of `segment.jitter.ms` (see
+    /// `LogConfig::random_segment_jitter`).
+    pub roll_jitter_ms: i64,
+    /// Length a new `.log` file is created with (`preallocate`), else 0.
+    pub init_file_size: u64,
+}
+
+impl SegmentSettings {
+    /// The settings of a segment of a log with `config` (draws a jitter).
+    pub(crate) fn of(config: &crate::config::LogConfig) -> Self {
+        Self {
+            index_bytes: config.segment_index_bytes,
+            roll_jitter_ms: config.random_segment_jitter(),
+            init_file_size: config.init_file_size(),
+        }
+    }
 }
 
 impl Segment {
@@ -119,7 +149,10 @@ impl Segment {
             .truncate(true)
             .open(&log_path)
             .at(&log_path)?;
-        Self::assemble(
+        if s.init_file_size > 0 {
+            preallocate(&file, s.init_file_size).at(&log_path)?;
+        }
+        let seg = Self::assemble(
             dir,
             base_offset,
             log_path,
@@ -127,7 +160,11 @@ impl Segment {
             0,
             Some(s.index_bytes),
             now_ms,
-        )
+            s.roll_jitter_ms,
+        )?;
+        seg.preallocated
+            .store(s.init_file_size > 0, Ordering::Release);
+        Ok(seg)
     }
 
     /// Opens an existing segment. `writable` preallocates the indexes so the
@@ -154,10 +191,12 @@ impl Segment {
             size,
             writable.then_some(s.index_bytes),
             now_ms,
+            s.roll_jitter_ms,
         )?;
         Ok(seg)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn assemble(
         dir: &Path,
         base_offset: i64,
@@ -166,6 +205,7 @@ impl Segment {
         size: u64,
         prealloc: Option<u64>,
         now_ms: i64,
+        roll_jitter_ms: i64,
     ) -> Result<Self> {
         let index_path = segment_path(dir, base_offset, INDEX_SUFFIX, "");
         let time_path = segment_path(dir, base_offset, TIME_INDEX_SUFFIX, "");
@@ -186,7 +226,21 @@ impl Segment {
             created_ms: now_ms,
             next_offset: AtomicI64::new(base_offset),
             indexes_missing: missing || reset_a || reset_b,
+            roll_jitter_ms,
+            preallocated: AtomicBool::new(false),
         })
+    }
+
+    /// This segment's jitter: it rolls once it has collected records for
+    /// longer than the log's max segment age minus this.
+    pub(crate) fn roll_jitter_ms(&self) -> i64 {
+        self.roll_jitter_ms
+    }
+
+    /// Timestamp of the first batch (Kafka's `rollingBasedTimestamp`), or
+    /// -1 when the segment has none.
+    pub(crate) fn first_batch_timestamp(&self) -> i64 {
+        self.first_batch_timestamp.load(Ordering::Acquire)
     }
 
     pub(crate) fn log_path(&self) -> PathBuf {
@@ -387,8 +441,13 @@ impl Segment {
         let mut buf = Vec::new();
         let mut expect_min = self.base_offset;
         let mut epoch_starts: Vec<(i32, i64)> = Vec::new();
+        let mut zero_tail = false;
         let problem = loop {
             if pos == file_len {
+                break None;
+            }
+            if self.zeros_from(pos, file_len)? {
+                zero_tail = true;
                 break None;
             }
             let h = match self.header_at(pos, file_len) {
@@ -428,11 +487,24 @@ impl Segment {
             self.file.set_len(pos).at_with(|| self.log_path())?;
         }
         self.size.store(pos, Ordering::Release);
+        self.preallocated.store(false, Ordering::Release);
         Ok(ScanOutcome {
             truncated_bytes: truncated,
             problem,
             epoch_starts,
+            zero_tail,
         })
+    }
+
+    /// Whether the bytes where the next batch header would be are all zero:
+    /// no batch was ever written there (a batch's length field is never 0).
+    fn zeros_from(&self, pos: u64, file_len: u64) -> Result<bool> {
+        let n = (file_len - pos).min(HEADER_LEN as u64) as usize;
+        let mut buf = [0u8; HEADER_LEN];
+        self.file
+            .read_exact_at(&mut buf[..n], pos)
+            .at_with(|| self.log_path())?;
+        Ok(buf[..n].iter().all(|&b| b == 0))
     }
 
     /// CRC32C of the batch at `pos` (attributes to end), read in chunks so a
@@ -523,7 +595,17 @@ impl Segment {
     pub(crate) fn seal(&self) -> Result<()> {
         self.push_time_entry();
         self.offset_index.trim()?;
-        self.time_index.trim()
+        self.time_index.trim()?;
+        self.trim_log()
+    }
+
+    /// Cuts a preallocated `.log` file to the data it holds (Kafka's
+    /// `FileRecords.trim`). Writer only.
+    pub(crate) fn trim_log(&self) -> Result<()> {
+        if self.preallocated.swap(false, Ordering::AcqRel) {
+            self.file.set_len(self.size()).at_with(|| self.log_path())?;
+        }
+        Ok(())
     }
 
     /// `fsync` of the log file and the index pages.
@@ -621,6 +703,25 @@ impl Segment {
             pos += h.total_size() as u64;
         }
         Ok(out)
+    }
+}
+
+/// Reserves `len` bytes for a new segment file: `fallocate(2)` where the
+/// file system supports it, else a sparse `set_len` as Kafka's
+/// `RandomAccessFile.setLength`. Either way the file reads as zeros past
+/// the data.
+fn preallocate(file: &File, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let Ok(n) = libc::off_t::try_from(len) else {
+        return file.set_len(len);
+    };
+    // SAFETY: fallocate on a file descriptor we own, mode 0 (allocate and
+    // extend the size).
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, n) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        file.set_len(len)
     }
 }
 

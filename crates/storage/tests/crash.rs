@@ -13,6 +13,9 @@
 //!   most one more batch (the append in flight at the kill);
 //! - the leader epoch cache matches the epochs stamped in the batches.
 //!
+//! Children of odd rounds preallocate their segments (`preallocate=true`),
+//! so a kill leaves the active segment ending in zeros.
+//!
 //! In some rounds the parent also damages the tail of the last segment
 //! (cut bytes off, append garbage or zeros, flip a byte in the last batch)
 //! and checks that recovery cuts exactly the damaged batches away.
@@ -55,10 +58,14 @@ fn config() -> LogConfig {
 }
 
 fn open_log(dir: &Path) -> Log {
+    open_log_with(dir, config())
+}
+
+fn open_log_with(dir: &Path, config: LogConfig) -> Log {
     Log::open(
         dir,
         TopicPartition::new("crash", 0),
-        config(),
+        config,
         LogOpenOptions::default(),
         Arc::new(SystemClock),
     )
@@ -151,7 +158,16 @@ fn crash_child() {
     };
     let round: i32 = round.parse().expect("round number");
     let started = Instant::now();
-    let log = open_log(Path::new(&dir));
+    // Every other child preallocates its new segments (`preallocate`): the
+    // kill then leaves a zero-filled tail that recovery must not take for
+    // data.
+    let log = open_log_with(
+        Path::new(&dir),
+        LogConfig {
+            preallocate: round % 2 == 1,
+            ..config()
+        },
+    );
     let mut out = std::io::stdout().lock();
     let mut say = |what: &str, end: i64| {
         writeln!(out, "{what} {end}").expect("stdout");

@@ -71,6 +71,7 @@ pub(crate) fn handle(
                                 c.value = e.value.map(StrBytes::from_string);
                                 c.read_only = e.read_only;
                                 c.config_source = e.source;
+                                c.is_sensitive = e.sensitive;
                                 c
                             })
                             .collect(),

@@ -30,7 +30,8 @@ use sluice_controller::TopicImage;
 use super::errors::broker_error;
 use super::Ctx;
 use crate::broker::{validate_topic_name, ApiError, Broker};
-use crate::config::{server_key_for, BrokerConfig};
+use crate::config::{key_def, server_key_for, BrokerConfig, Kind, BROKER_KEYS};
+use sluice_storage::config::{topic_key, ConfigType};
 
 pub(crate) const VERSIONS: (i16, i16) = (1, 4);
 
@@ -40,7 +41,6 @@ pub(crate) const SOURCE_STATIC_BROKER: i8 = 4;
 pub(crate) const SOURCE_DEFAULT: i8 = 5;
 
 /// `DescribeConfigsResponse.ConfigType`.
-const TYPE_UNKNOWN: i8 = 0;
 const TYPE_BOOLEAN: i8 = 1;
 const TYPE_STRING: i8 = 2;
 const TYPE_INT: i8 = 3;
@@ -49,142 +49,39 @@ const TYPE_LONG: i8 = 5;
 const TYPE_DOUBLE: i8 = 6;
 const TYPE_LIST: i8 = 7;
 
-/// Topic config keys with Kafka's type and a short description.
-const TOPIC_KEYS: &[(&str, i8, &str)] = &[
-    (
-        "cleanup.policy",
-        TYPE_LIST,
-        "delete, compact, or both: how old segments are cleaned up",
-    ),
-    (
-        "delete.retention.ms",
-        TYPE_LONG,
-        "how long tombstones are kept on compacted topics",
-    ),
-    (
-        "flush.messages",
-        TYPE_LONG,
-        "messages appended before an fsync",
-    ),
-    ("flush.ms", TYPE_LONG, "time between fsyncs"),
-    (
-        "index.interval.bytes",
-        TYPE_INT,
-        "bytes between offset index entries",
-    ),
-    (
-        "max.compaction.lag.ms",
-        TYPE_LONG,
-        "longest time a record stays uncompacted",
-    ),
-    (
-        "max.message.bytes",
-        TYPE_INT,
-        "largest record batch the topic accepts",
-    ),
-    (
-        "message.timestamp.after.max.ms",
-        TYPE_LONG,
-        "how far in the future a CreateTime timestamp may be",
-    ),
-    (
-        "message.timestamp.before.max.ms",
-        TYPE_LONG,
-        "how far in the past a CreateTime timestamp may be",
-    ),
-    (
-        "message.timestamp.type",
-        TYPE_STRING,
-        "CreateTime or LogAppendTime",
-    ),
-    (
-        "min.cleanable.dirty.ratio",
-        TYPE_DOUBLE,
-        "dirty share of the log that triggers compaction",
-    ),
-    (
-        "min.compaction.lag.ms",
-        TYPE_LONG,
-        "shortest time a record stays uncompacted",
-    ),
-    (
-        "min.insync.replicas",
-        TYPE_INT,
-        "in-sync replicas required for acks=all",
-    ),
-    (
-        "retention.bytes",
-        TYPE_LONG,
-        "largest partition size before old segments are deleted (-1: unbounded)",
-    ),
-    (
-        "retention.ms",
-        TYPE_LONG,
-        "longest time a segment is kept (-1: forever)",
-    ),
-    ("segment.bytes", TYPE_INT, "segment file size"),
-    (
-        "segment.index.bytes",
-        TYPE_INT,
-        "offset and time index file size",
-    ),
-    (
-        "segment.jitter.ms",
-        TYPE_LONG,
-        "random jitter subtracted from segment.ms",
-    ),
-    ("segment.ms", TYPE_LONG, "segment age before it is rolled"),
-];
+const TYPE_CLASS: i8 = 8;
+const TYPE_PASSWORD: i8 = 9;
+
+/// Kafka's response type of a topic config.
+fn topic_key_type(kind: ConfigType) -> i8 {
+    match kind {
+        ConfigType::Boolean => TYPE_BOOLEAN,
+        ConfigType::String => TYPE_STRING,
+        ConfigType::Int => TYPE_INT,
+        ConfigType::Long => TYPE_LONG,
+        ConfigType::Double => TYPE_DOUBLE,
+        ConfigType::List => TYPE_LIST,
+    }
+}
 
 /// Whether a topic key holds a comma-separated list (IncrementalAlterConfigs
 /// APPEND and SUBTRACT).
 pub(crate) fn topic_key_is_list(key: &str) -> bool {
-    TOPIC_KEYS
-        .iter()
-        .any(|(k, t, _)| *k == key && *t == TYPE_LIST)
+    topic_key(key).is_some_and(|k| k.kind == ConfigType::List)
 }
 
-/// Kafka's type of a broker key.
-fn broker_key_type(key: &str) -> i8 {
-    match key {
-        "listeners"
-        | "advertised.listeners"
-        | "log.dirs"
-        | "log.dir"
-        | "log.message.timestamp.type" => TYPE_STRING,
-        "process.roles" | "log.cleanup.policy" => TYPE_LIST,
-        "auto.create.topics.enable" | "delete.topic.enable" | "log.cleaner.enable" => TYPE_BOOLEAN,
-        "offsets.topic.replication.factor" => TYPE_SHORT,
-        "log.cleaner.min.cleanable.ratio" => TYPE_DOUBLE,
-        "log.retention.ms"
-        | "log.retention.bytes"
-        | "log.roll.ms"
-        | "log.cleaner.backoff.ms"
-        | "log.cleaner.dedupe.buffer.size"
-        | "log.cleaner.delete.retention.ms"
-        | "log.cleaner.min.compaction.lag.ms"
-        | "log.flush.interval.messages"
-        | "log.flush.interval.ms"
-        | "log.retention.check.interval.ms"
-        | "connections.max.idle.ms" => TYPE_LONG,
-        "node.id"
-        | "num.partitions"
-        | "default.replication.factor"
-        | "log.retention.hours"
-        | "log.retention.minutes"
-        | "log.segment.bytes"
-        | "log.roll.hours"
-        | "log.index.size.max.bytes"
-        | "log.index.interval.bytes"
-        | "log.flush.offset.checkpoint.interval.ms"
-        | "num.recovery.threads.per.data.dir"
-        | "message.max.bytes"
-        | "min.insync.replicas"
-        | "socket.request.max.bytes"
-        | "offsets.topic.num.partitions"
-        | "fetch.max.bytes"
-        | "max.incremental.fetch.session.cache.slots" => TYPE_INT,
-        _ => TYPE_UNKNOWN,
+/// Kafka's response type of a broker key.
+fn broker_key_type(kind: Kind) -> i8 {
+    match kind {
+        Kind::Bool => TYPE_BOOLEAN,
+        Kind::Str => TYPE_STRING,
+        Kind::Int => TYPE_INT,
+        Kind::Short => TYPE_SHORT,
+        Kind::Long => TYPE_LONG,
+        Kind::Double => TYPE_DOUBLE,
+        Kind::List => TYPE_LIST,
+        Kind::Class => TYPE_CLASS,
+        Kind::Password => TYPE_PASSWORD,
     }
 }
 
@@ -203,6 +100,8 @@ pub(crate) struct ConfigEntry {
     pub value: Option<String>,
     pub source: i8,
     pub read_only: bool,
+    /// A secret (Kafka's PASSWORD type): value and synonym values are null.
+    pub sensitive: bool,
     /// Every level that sets it, the effective one first.
     pub synonyms: Vec<Synonym>,
     pub config_type: i8,
@@ -214,6 +113,11 @@ pub(crate) struct ConfigEntry {
 fn synonym_group(key: &str) -> Vec<&str> {
     match key {
         "log.roll.ms" | "log.roll.hours" => vec!["log.roll.ms", "log.roll.hours"],
+        "log.roll.jitter.ms" | "log.roll.jitter.hours" => {
+            vec!["log.roll.jitter.ms", "log.roll.jitter.hours"]
+        }
+        // log.flush.scheduler.interval.ms is log.flush.interval.ms's default.
+        "log.flush.interval.ms" => vec!["log.flush.interval.ms", "log.flush.scheduler.interval.ms"],
         "log.retention.ms" | "log.retention.minutes" | "log.retention.hours" => {
             vec![
                 "log.retention.ms",
@@ -227,10 +131,7 @@ fn synonym_group(key: &str) -> Vec<&str> {
 
 /// The built-in default of a server key, if it has one.
 fn server_default(key: &str) -> Option<&'static str> {
-    BrokerConfig::describe()
-        .into_iter()
-        .find(|(k, ..)| *k == key)
-        .and_then(|(_, d, _)| d)
+    key_def(key).and_then(|k| k.default)
 }
 
 /// The value of a server key when it was set rather than defaulted.
@@ -239,20 +140,23 @@ fn server_static(config: &BrokerConfig, key: &str) -> Option<String> {
 }
 
 /// Kafka's `ConfigHelper.configSynonyms`: the set values of `key`'s
-/// synonym group, then their defaults, from `key` on.
+/// synonym group, then their defaults, from `key` on (so a key described
+/// by itself never lists a higher-precedence synonym, and an unset key
+/// whose default is null lists nothing). Secrets have null values.
 fn server_synonyms(config: &BrokerConfig, key: &str) -> Vec<Synonym> {
     let group = synonym_group(key);
+    let secret = |s: &str| key_def(s).is_some_and(|k| k.kind == Kind::Password);
     let set = group.iter().filter_map(|s| {
         server_static(config, s).map(|v| Synonym {
             name: s.to_string(),
-            value: Some(v),
+            value: (!secret(s)).then_some(v),
             source: SOURCE_STATIC_BROKER,
         })
     });
     let defaults = group.iter().filter_map(|s| {
         server_default(s).map(|d| Synonym {
             name: s.to_string(),
-            value: Some(d.to_string()),
+            value: (!secret(s)).then(|| d.to_string()),
             source: SOURCE_DEFAULT,
         })
     });
@@ -282,40 +186,43 @@ pub(crate) fn topic_entries(broker: &Broker, t: &TopicImage) -> Result<Vec<Confi
                     },
                 );
             }
-            let (config_type, doc) = TOPIC_KEYS
-                .iter()
-                .find(|(k, ..)| *k == name)
-                .map_or((TYPE_UNKNOWN, None), |(_, t, d)| (*t, Some(*d)));
+            let def = topic_key(name);
             ConfigEntry {
                 name: name.to_string(),
                 value: Some(value),
                 source: synonyms.first().map_or(SOURCE_DEFAULT, |s| s.source),
                 read_only: false,
+                sensitive: false,
                 synonyms,
-                config_type,
-                documentation: doc,
+                config_type: def.map_or(0, |d| topic_key_type(d.kind)),
+                documentation: def.map(|d| d.doc),
             }
         })
         .collect())
 }
 
-/// This broker's configs: every server key, set or defaulted (`None` when
-/// neither), all read-only.
+/// This broker's configs: every public Kafka 4 broker key, set or
+/// defaulted (`None` when neither), all read-only (Sluice has no dynamic
+/// broker configs). Secrets are described without their value.
 pub(crate) fn broker_entries(config: &BrokerConfig) -> Vec<ConfigEntry> {
-    BrokerConfig::describe()
-        .into_iter()
-        .map(|(name, default, doc)| {
-            let value = config.str(name);
-            let value = (default.is_some() || !value.is_empty()).then_some(value);
-            let synonyms = server_synonyms(config, name);
+    BROKER_KEYS
+        .iter()
+        .filter(|k| !k.internal)
+        .map(|k| {
+            let sensitive = k.kind == Kind::Password;
+            let set = config.explicit_value(k.name).is_some();
+            let value = (!sensitive && (set || k.default.is_some() || k.name == "broker.id"))
+                .then(|| config.str(k.name));
+            let synonyms = server_synonyms(config, k.name);
             ConfigEntry {
-                name: name.to_string(),
+                name: k.name.to_string(),
                 value,
                 source: synonyms.first().map_or(SOURCE_DEFAULT, |s| s.source),
                 read_only: true,
+                sensitive,
                 synonyms,
-                config_type: broker_key_type(name),
-                documentation: Some(doc),
+                config_type: broker_key_type(k.kind),
+                documentation: Some(k.doc),
             }
         })
         .collect()
@@ -390,7 +297,7 @@ fn to_result(
     r.value = str_opt(e.value);
     r.read_only = e.read_only;
     r.config_source = e.source;
-    r.is_sensitive = false;
+    r.is_sensitive = e.sensitive;
     if synonyms {
         r.synonyms = e
             .synonyms
@@ -502,7 +409,7 @@ mod tests {
             vec![("log.retention.hours".to_string(), SOURCE_DEFAULT)]
         );
         c.set("log.retention.ms", "1000").expect("set");
-        c.set("log.segment.bytes", "4096").expect("set");
+        c.set("log.segment.bytes", "2097152").expect("set");
         assert_eq!(
             names(server_synonyms(&c, "log.retention.ms")),
             vec![
@@ -589,5 +496,290 @@ mod tests {
             .expect("key");
         assert_eq!(hours.value.as_deref(), Some("168"));
         assert_eq!(hours.config_type, TYPE_INT);
+    }
+
+    fn synonyms_of(r: &DescribeConfigsResourceResult) -> Vec<(String, Option<String>, i8)> {
+        r.synonyms
+            .iter()
+            .map(|s| {
+                (
+                    s.name.to_string(),
+                    s.value.as_ref().map(|v| v.to_string()),
+                    s.source,
+                )
+            })
+            .collect()
+    }
+
+    fn syn(name: &str, value: &str, source: i8) -> (String, Option<String>, i8) {
+        (name.to_string(), Some(value.to_string()), source)
+    }
+
+    /// Every Kafka 4 topic config is described, with Kafka's sources and
+    /// synonyms, with and without topic overrides, in every version.
+    #[test]
+    fn every_topic_config_with_kafkas_sources_and_synonyms() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(
+            dir.path(),
+            &[
+                ("log.retention.hours", "2"),
+                ("log.roll.jitter.ms", "500"),
+                ("log.segment.delete.delay.ms", "1000"),
+                ("compression.type", "gzip"),
+                ("ssl.keystore.password", "s3cret"),
+            ],
+        );
+        let overrides: Vec<(String, String)> = [
+            ("preallocate", "true"),
+            ("file.delete.delay.ms", "5"),
+            ("unclean.leader.election.enable", "true"),
+            ("retention.ms", "1000"),
+            ("compression.type", "zstd"),
+            ("leader.replication.throttled.replicas", "*"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        broker
+            .create_topic("over", 1, 1, &overrides, false)
+            .expect("create");
+        broker
+            .create_topic("plain", 1, 1, &[], false)
+            .expect("create");
+        for v in VERSIONS.0..=VERSIONS.1 {
+            let req = request(vec![
+                (RESOURCE_TOPIC, "over", None),
+                (RESOURCE_TOPIC, "plain", None),
+                (RESOURCE_BROKER, "1", None),
+            ]);
+            let resp = roundtrip(&handle(&broker, req, &ctx(ApiKey::DescribeConfigs, v)), v);
+            let (over, plain, node) = (&resp.results[0], &resp.results[1], &resp.results[2]);
+            for r in [over, plain] {
+                assert_eq!(r.error_code, 0);
+                let names: Vec<&str> = r.configs.iter().map(|c| c.name.as_str()).collect();
+                assert_eq!(names, sluice_storage::config::KEYS, "v{v}");
+                for c in &r.configs {
+                    assert!(!c.read_only && !c.is_sensitive, "{}", c.name.as_str());
+                    if v >= 3 {
+                        assert_ne!(c.config_type, 0, "{}", c.name.as_str());
+                        assert!(c.documentation.is_some());
+                    }
+                }
+            }
+            // An override: the topic level first, then the broker levels.
+            let c = find(over, "file.delete.delay.ms");
+            assert_eq!(c.value.as_deref(), Some("5"));
+            assert_eq!(c.config_source, SOURCE_TOPIC);
+            assert_eq!(
+                synonyms_of(c),
+                vec![
+                    syn("file.delete.delay.ms", "5", SOURCE_TOPIC),
+                    syn("log.segment.delete.delay.ms", "1000", SOURCE_STATIC_BROKER),
+                    syn("log.segment.delete.delay.ms", "60000", SOURCE_DEFAULT),
+                ]
+            );
+            let c = find(plain, "file.delete.delay.ms");
+            assert_eq!(c.value.as_deref(), Some("1000"));
+            assert_eq!(c.config_source, SOURCE_STATIC_BROKER);
+            // retention.ms with log.retention.hours set: Kafka describes the
+            // value but lists only log.retention.ms's own levels (none set,
+            // no default) — the source is DEFAULT_CONFIG.
+            let c = find(plain, "retention.ms");
+            assert_eq!(c.value.as_deref(), Some("7200000"));
+            assert_eq!(c.config_source, SOURCE_DEFAULT);
+            assert!(c.synonyms.is_empty());
+            let c = find(over, "retention.ms");
+            assert_eq!(
+                synonyms_of(c),
+                vec![syn("retention.ms", "1000", SOURCE_TOPIC)]
+            );
+            // segment.jitter.ms: log.roll.jitter.ms set, then the hours default.
+            let c = find(plain, "segment.jitter.ms");
+            assert_eq!(c.value.as_deref(), Some("500"));
+            assert_eq!(
+                synonyms_of(c),
+                vec![
+                    syn("log.roll.jitter.ms", "500", SOURCE_STATIC_BROKER),
+                    syn("log.roll.jitter.hours", "0", SOURCE_DEFAULT),
+                ]
+            );
+            // compression.type: same name at topic and broker level.
+            let c = find(over, "compression.type");
+            assert_eq!(
+                synonyms_of(c),
+                vec![
+                    syn("compression.type", "zstd", SOURCE_TOPIC),
+                    syn("compression.type", "gzip", SOURCE_STATIC_BROKER),
+                    syn("compression.type", "producer", SOURCE_DEFAULT),
+                ]
+            );
+            assert_eq!(
+                find(plain, "compression.type").value.as_deref(),
+                Some("gzip")
+            );
+            // preallocate: override vs the log.preallocate default.
+            let c = find(over, "preallocate");
+            assert_eq!(
+                (c.value.as_deref(), c.config_source),
+                (Some("true"), SOURCE_TOPIC)
+            );
+            let c = find(plain, "preallocate");
+            assert_eq!(
+                (c.value.as_deref(), c.config_source),
+                (Some("false"), SOURCE_DEFAULT)
+            );
+            assert_eq!(
+                synonyms_of(c),
+                vec![syn("log.preallocate", "false", SOURCE_DEFAULT)]
+            );
+            if v >= 3 {
+                assert_eq!(c.config_type, TYPE_BOOLEAN);
+                assert_eq!(find(plain, "cleanup.policy").config_type, TYPE_LIST);
+                assert_eq!(
+                    find(plain, "min.cleanable.dirty.ratio").config_type,
+                    TYPE_DOUBLE
+                );
+                assert_eq!(find(plain, "retention.ms").config_type, TYPE_LONG);
+                assert_eq!(find(plain, "segment.bytes").config_type, TYPE_INT);
+                assert_eq!(
+                    find(plain, "message.timestamp.type").config_type,
+                    TYPE_STRING
+                );
+            }
+            // Configs with no broker default: only the topic level.
+            let c = find(plain, "leader.replication.throttled.replicas");
+            assert_eq!(
+                (c.value.as_deref(), c.config_source),
+                (Some(""), SOURCE_DEFAULT)
+            );
+            assert!(c.synonyms.is_empty());
+            let c = find(over, "leader.replication.throttled.replicas");
+            assert_eq!(
+                synonyms_of(c),
+                vec![syn(
+                    "leader.replication.throttled.replicas",
+                    "*",
+                    SOURCE_TOPIC
+                )]
+            );
+            assert_eq!(
+                find(over, "unclean.leader.election.enable")
+                    .value
+                    .as_deref(),
+                Some("true")
+            );
+            // The broker: every public key, read-only, secrets hidden.
+            assert_eq!(node.error_code, 0);
+            assert_eq!(node.configs.len(), BrokerConfig::describe().len());
+            let pw = find(node, "ssl.keystore.password");
+            assert!(pw.is_sensitive && pw.value.is_none());
+            assert_eq!(pw.config_source, SOURCE_STATIC_BROKER);
+            assert!(pw.synonyms.iter().all(|s| s.value.is_none()));
+            if v >= 3 {
+                assert_eq!(pw.config_type, TYPE_PASSWORD);
+            }
+            let c = find(node, "transaction.state.log.min.isr");
+            assert_eq!(
+                (c.value.as_deref(), c.config_source),
+                (Some("2"), SOURCE_DEFAULT)
+            );
+            assert!(node.configs.iter().all(|c| c.read_only));
+            let hours = find(node, "log.retention.hours");
+            assert_eq!(
+                synonyms_of(hours),
+                vec![
+                    syn("log.retention.hours", "2", SOURCE_STATIC_BROKER),
+                    syn("log.retention.hours", "168", SOURCE_DEFAULT),
+                ]
+            );
+        }
+        broker.shutdown().expect("shutdown");
+    }
+
+    /// CreateTopics v5+ answers with every topic config, sources included;
+    /// a bad config is INVALID_CONFIG naming the key.
+    #[test]
+    fn create_topics_v5_plus_returns_every_config() {
+        use proto_kafka::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+        use proto_kafka::messages::{CreateTopicsRequest, TopicName};
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(
+            dir.path(),
+            &[
+                ("log.preallocate", "true"),
+                ("log.segment.bytes", "1048576"),
+            ],
+        );
+        for v in 5..=super::super::create_topics::VERSIONS.1 {
+            let topic = |name: &str, configs: &[(&str, &str)]| {
+                let mut t = CreatableTopic::default();
+                t.name = TopicName(StrBytes::from_string(name.to_string()));
+                t.num_partitions = 1;
+                t.replication_factor = 1;
+                t.configs = configs
+                    .iter()
+                    .map(|(k, v)| {
+                        let mut c = CreatableTopicConfig::default();
+                        c.name = StrBytes::from_string(k.to_string());
+                        c.value = Some(StrBytes::from_string(v.to_string()));
+                        c
+                    })
+                    .collect();
+                t
+            };
+            let mut req = CreateTopicsRequest::default();
+            req.timeout_ms = 5000;
+            req.topics = vec![
+                topic(&format!("ct{v}"), &[("file.delete.delay.ms", "7")]),
+                topic(&format!("bad{v}"), &[("preallocate", "sometimes")]),
+            ];
+            let resp =
+                super::super::create_topics::handle(&broker, req, &ctx(ApiKey::CreateTopics, v));
+            let resp = roundtrip(&resp, v);
+            let ok = &resp.topics[0];
+            assert_eq!(ok.error_code, 0, "v{v}");
+            let configs = ok.configs.as_ref().expect("configs");
+            let names: Vec<&str> = configs.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(names, sluice_storage::config::KEYS, "v{v}");
+            let by = |k: &str| {
+                configs
+                    .iter()
+                    .find(|c| c.name.as_str() == k)
+                    .map(|c| {
+                        (
+                            c.value.as_ref().map(|s| s.to_string()),
+                            c.config_source,
+                            c.is_sensitive,
+                        )
+                    })
+                    .expect("config")
+            };
+            assert_eq!(
+                by("file.delete.delay.ms"),
+                (Some("7".into()), SOURCE_TOPIC, false)
+            );
+            assert_eq!(
+                by("preallocate"),
+                (Some("true".into()), SOURCE_STATIC_BROKER, false)
+            );
+            assert_eq!(
+                by("segment.jitter.ms"),
+                (Some("0".into()), SOURCE_DEFAULT, false)
+            );
+            let bad = &resp.topics[1];
+            assert_eq!(bad.error_code, ResponseError::InvalidConfig.code());
+            let msg = bad
+                .error_message
+                .as_ref()
+                .map(|m| m.to_string())
+                .unwrap_or_default();
+            assert_eq!(
+                msg,
+                "Invalid value sometimes for configuration preallocate: Expected value to be either true or false"
+            );
+        }
+        broker.shutdown().expect("shutdown");
     }
 }

@@ -205,7 +205,7 @@ fn topic_retention_overrides_never_touch_the_metadata_log() {
         ("log.retention.ms", "1"),
         ("log.retention.bytes", "0"),
         ("log.roll.ms", "1"),
-        ("log.segment.bytes", "1024"),
+        ("log.segment.bytes", "1048576"),
         ("log.cleanup.policy", "compact,delete"),
         ("log.retention.check.interval.ms", "10"),
         ("log.cleaner.backoff.ms", "10"),

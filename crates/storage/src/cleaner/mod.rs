@@ -5,8 +5,10 @@
 //!    previous clean, kept in `cleaner-offset-checkpoint`) to the first
 //!    uncleanable offset — the active segment, a segment younger than
 //!    `min.compaction.lag.ms`, or one reaching past the high watermark.
-//!    Clean only when dirty bytes / all cleanable bytes reach
-//!    `min.cleanable.dirty.ratio` (or `max.compaction.lag.ms` forces it).
+//!    Clean only when dirty bytes / all cleanable bytes exceed
+//!    `min.cleanable.dirty.ratio`, or when a dirty segment's first batch is
+//!    older than `max.compaction.lag.ms` (Kafka's `LogCleanerManager`:
+//!    such a log is cleaned whatever its ratio).
 //! 2. Build an offset map: the latest offset of every key in the dirty range.
 //! 3. Rewrite the segments from the log start to the end of the range in
 //!    groups that fit one segment, keeping a record only when no later record
@@ -125,22 +127,41 @@ pub fn cleanable(log: &Log, first_dirty: i64) -> Option<Cleanable> {
     (c.dirty_bytes > 0).then_some(c)
 }
 
-/// Whether `log` should be cleaned now: dirty ratio at least
+/// Whether `log` should be cleaned now: dirty ratio above
 /// `min.cleanable.dirty.ratio`, or dirty data older than
-/// `max.compaction.lag.ms`.
+/// `max.compaction.lag.ms` (see [`max_compaction_delay`]).
 pub fn needs_cleaning(log: &Log, first_dirty: i64) -> Option<Cleanable> {
     let c = cleanable(log, first_dirty)?;
     let config = log.config();
-    if c.dirty_ratio() >= config.min_cleanable_dirty_ratio {
+    if c.dirty_ratio() > config.min_cleanable_dirty_ratio {
         return Some(c);
     }
-    let now = log.now_ms();
-    let overdue = log
-        .read_segments()
-        .values()
-        .find(|s| s.next_offset() > c.first_dirty)
-        .is_some_and(|s| s.time_waited_for_roll(now, now) > config.max_compaction_lag_ms);
-    overdue.then_some(c)
+    (max_compaction_delay(log, c.first_dirty, log.now_ms()) > 0).then_some(c)
+}
+
+/// Kafka's `maxCompactionDelay`: how far past `max.compaction.lag.ms` the
+/// oldest dirty data is — the earliest first-batch timestamp of the dirty
+/// segments before the active one, against `now - max.compaction.lag.ms`.
+/// 0 when nothing is overdue.
+pub fn max_compaction_delay(log: &Log, first_dirty: i64, now: i64) -> i64 {
+    let lag = log.config().max_compaction_lag_ms.max(0);
+    let segs: Vec<Arc<Segment>> = log.read_segments().values().cloned().collect();
+    let Some((_, non_active)) = segs.split_last() else {
+        return 0;
+    };
+    let earliest = non_active
+        .iter()
+        .filter(|s| s.next_offset() > first_dirty)
+        .map(|s| s.first_batch_timestamp())
+        .filter(|&ts| ts > 0)
+        .min()
+        .unwrap_or(i64::MAX);
+    let clean_until = now.saturating_sub(lag);
+    if earliest < clean_until {
+        clean_until - earliest
+    } else {
+        0
+    }
 }
 
 /// Cleans `log` from `first_dirty` if anything is cleanable (ignoring the

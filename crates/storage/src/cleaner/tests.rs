@@ -8,7 +8,7 @@ use sluice_protocol::record::codec::decode_batch;
 use sluice_protocol::record::{BatchBuilder, BatchIter, Compression, Record};
 
 use super::*;
-use crate::clock::ManualClock;
+use crate::clock::{Clock, ManualClock};
 use crate::config::{CleanupPolicy, LogConfig};
 use crate::log::{LogOpenOptions, ReadLimit};
 use crate::TopicPartition;
@@ -250,4 +250,61 @@ fn a_crash_at_any_step_of_the_swap_loses_nothing() {
             .expect("cleaned");
         assert_eq!(read_all(&log), expected(&writes, stats.end, false));
     }
+}
+
+#[test]
+fn max_compaction_lag_forces_a_clean_below_the_dirty_ratio() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let log = open(dir.path(), &clock);
+    let first = write_versions(&log, 100, 6, T0);
+    log.roll().expect("roll");
+    log.set_high_watermark(log.log_end_offset());
+    let stats = clean(&log, 0, &CleanerConfig::default())
+        .expect("clean")
+        .expect("cleaned");
+    // A little new dirty data, well below the dirty ratio.
+    clock.set(T0 + 10);
+    let mut writes = first;
+    writes.extend(write_versions(&log, 5, 1, T0 + 10));
+    log.roll().expect("roll");
+    log.set_high_watermark(log.log_end_offset());
+    let lagged = LogConfig {
+        max_compaction_lag_ms: HOUR,
+        file_delete_delay_ms: 1_000,
+        ..config()
+    };
+    log.set_config(lagged);
+    let c = cleanable(&log, stats.end).expect("some dirty");
+    assert!(c.dirty_ratio() < 0.5, "ratio {}", c.dirty_ratio());
+    assert!(needs_cleaning(&log, stats.end).is_none());
+    assert_eq!(max_compaction_delay(&log, stats.end, clock.now_ms()), 0);
+    // Once the oldest dirty batch is older than max.compaction.lag.ms the
+    // log is cleaned whatever its ratio (Kafka's needCompactionNow).
+    clock.set(T0 + 10 + HOUR + 5);
+    assert_eq!(max_compaction_delay(&log, stats.end, clock.now_ms()), 5);
+    let c = needs_cleaning(&log, stats.end).expect("overdue");
+    assert!(c.dirty_ratio() < 0.5);
+    let stats2 = clean(&log, stats.end, &CleanerConfig::default())
+        .expect("clean")
+        .expect("cleaned");
+    assert_eq!(stats2.first_dirty, stats.end);
+    assert!(stats2.records_removed > 0);
+    let got = read_all(&log);
+    assert_eq!(got, expected(&writes, stats2.end, false));
+    // The replaced segments wait file.delete.delay.ms as `.deleted`.
+    let deleted = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .expect("ls")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".log.deleted"))
+            .count()
+    };
+    assert!(deleted(dir.path()) > 0);
+    clock.advance(1_000);
+    log.delete_expired_files().expect("delete");
+    assert_eq!(deleted(dir.path()), 0);
+    assert_eq!(read_all(&log), got);
+    // Nothing overdue any more.
+    assert_eq!(max_compaction_delay(&log, stats2.end, clock.now_ms()), 0);
 }

@@ -104,7 +104,8 @@ impl Log {
     }
 
     /// Rolls when the active segment cannot take `size` more bytes, has
-    /// aged past `segment.ms`, has a full index, or cannot express
+    /// aged past `segment.ms` (less its jitter; on compacted topics at most
+    /// `max.compaction.lag.ms`), has a full index, or cannot express
     /// `last_offset` as a 32-bit relative offset. Writer only.
     fn maybe_roll(
         &self,
@@ -119,7 +120,7 @@ impl Log {
         let full = non_empty && active.size() + size > config.segment_bytes;
         let aged = non_empty
             && active.time_waited_for_roll(now, max_timestamp)
-                > config.segment_ms - config.segment_jitter_ms;
+                > config.max_segment_ms() - active.roll_jitter_ms();
         let index_full = active.index_full();
         let overflow = !active.can_hold_offset(last_offset);
         if full || aged || index_full || overflow {

@@ -74,9 +74,7 @@ impl Log {
     ) -> Result<Self> {
         std::fs::create_dir_all(dir).at(dir)?;
         let now = clock.now_ms();
-        let settings = crate::segment::SegmentSettings {
-            index_bytes: config.segment_index_bytes,
-        };
+        let settings = crate::segment::SegmentSettings::of(&config);
         let bases = prepare_folder(dir)?;
         let mut epochs = LeaderEpochCache::load(dir)?;
         let mut epochs_changed = false;
@@ -125,11 +123,19 @@ impl Log {
                 } else if rebuild && !recovering {
                     tracing::warn!(path = %seg.log_path().display(), "rebuilt missing or corrupt index");
                 }
-                if outcome.truncated_bytes > 0 {
+                if outcome.truncated_bytes > 0 && outcome.zero_tail && is_last {
+                    // Preallocated space (or pages never written) after the
+                    // last batch of the active segment: nothing was lost.
+                    tracing::info!(
+                        path = %seg.log_path().display(),
+                        trimmed_bytes = outcome.truncated_bytes,
+                        "trimmed unwritten tail of segment"
+                    );
+                } else if outcome.truncated_bytes > 0 {
                     tracing::warn!(
                         path = %seg.log_path().display(),
                         truncated_bytes = outcome.truncated_bytes,
-                        problem = outcome.problem.as_deref().unwrap_or(""),
+                        problem = outcome.problem.as_deref().unwrap_or("zero-filled tail"),
                         "truncated invalid tail of segment"
                     );
                     truncated_at = Some(base);
@@ -188,6 +194,7 @@ impl Log {
             unflushed_messages: AtomicI64::new(0),
             epochs: Mutex::new(epochs),
             offline: AtomicBool::new(false),
+            pending_deletes: Mutex::new(Vec::new()),
         };
         tracing::debug!(
             partition = %log.tp, log_start, log_end, segments = log.segment_count(),

@@ -65,6 +65,10 @@ pub struct Log {
     unflushed_messages: AtomicI64,
     epochs: Mutex<LeaderEpochCache>,
     offline: AtomicBool,
+    /// Segments removed from the log and renamed `.deleted`, with the time
+    /// their files may go (`file.delete.delay.ms`, Kafka's
+    /// `asyncDeleteSegment`). Readers that still hold one keep reading it.
+    pending_deletes: Mutex<Vec<(i64, Arc<Segment>)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -175,11 +179,9 @@ impl Log {
         self.clock.now_ms()
     }
 
+    /// Settings for the next segment opened or created (draws its jitter).
     pub(crate) fn settings(&self) -> SegmentSettings {
-        let c = self.config();
-        SegmentSettings {
-            index_bytes: c.segment_index_bytes,
-        }
+        SegmentSettings::of(&self.config())
     }
 
     /// Marks the log offline after an I/O error and returns the error.
@@ -291,5 +293,7 @@ impl Log {
     }
 }
 
+#[cfg(test)]
+mod config_tests;
 #[cfg(test)]
 mod tests;

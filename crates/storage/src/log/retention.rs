@@ -1,6 +1,12 @@
 //! Removing data: retention by time and size (whole segments, never the
 //! active one), the log start offset (DeleteRecords), and truncation for
 //! followers.
+//!
+//! A segment leaving the log (retention, cleaning, truncation) is taken out
+//! of the segment map and renamed `.deleted` at once; its files go
+//! `file.delete.delay.ms` later ([`Log::delete_expired_files`], run by the
+//! LogManager's scheduler), as Kafka's `asyncDeleteSegment`. A restart in
+//! between removes leftover `.deleted` files when the folder is opened.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -120,9 +126,10 @@ impl Log {
         Ok(())
     }
 
-    /// Removes segments from the map and unlinks their files (renamed to
-    /// `.deleted` first, so a crash in between is finished at open).
-    /// Readers that already hold a segment keep reading it. Writer only.
+    /// Removes segments from the map and renames their files `.deleted`;
+    /// the files are unlinked after `file.delete.delay.ms` (at once when it
+    /// is 0). Readers that already hold a segment keep reading it. Writer
+    /// only.
     pub(crate) fn remove_segments(&self, doomed: &[Arc<Segment>]) -> Result<()> {
         {
             let mut segs = self.write_segments();
@@ -130,12 +137,48 @@ impl Log {
                 segs.remove(&s.base_offset);
             }
         }
+        let delay = self.config().file_delete_delay_ms;
+        let due = self.now_ms().saturating_add(delay);
         for s in doomed {
             s.add_suffix(DELETED_SUFFIX)
-                .and_then(|()| s.delete_files())
                 .map_err(|e| self.go_offline(e))?;
+            if delay <= 0 {
+                s.delete_files().map_err(|e| self.go_offline(e))?;
+            } else {
+                lock(&self.pending_deletes).push((due, Arc::clone(s)));
+            }
         }
         Ok(())
+    }
+
+    /// Unlinks the `.deleted` files whose `file.delete.delay.ms` has passed;
+    /// returns how many segments went. Kafka runs this on its scheduler
+    /// thread; Sluice's LogManager calls it on every scheduler tick.
+    pub fn delete_expired_files(&self) -> Result<usize> {
+        let now = self.now_ms();
+        let due: Vec<Arc<Segment>> = {
+            let mut pending = lock(&self.pending_deletes);
+            let (due, keep): (Vec<_>, Vec<_>) = pending.drain(..).partition(|(at, _)| *at <= now);
+            *pending = keep;
+            due.into_iter().map(|(_, s)| s).collect()
+        };
+        for (i, s) in due.iter().enumerate() {
+            if let Err(e) = s.delete_files() {
+                // Put back what is left so a later pass retries it.
+                let mut pending = lock(&self.pending_deletes);
+                pending.extend(due[i..].iter().map(|s| (now, Arc::clone(s))));
+                return Err(e);
+            }
+        }
+        if !due.is_empty() {
+            tracing::debug!(partition = %self.tp, segments = due.len(), "deleted segment files");
+        }
+        Ok(due.len())
+    }
+
+    /// Segments renamed `.deleted` and waiting for `file.delete.delay.ms`.
+    pub fn pending_file_deletions(&self) -> usize {
+        lock(&self.pending_deletes).len()
     }
 
     /// Removes every record at or after `offset` (a follower diverged from

@@ -9,7 +9,7 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::log::{OffsetSpec, ReadLimit};
 
-const T0: i64 = 1_700_000_000_000;
+pub(crate) const T0: i64 = 1_700_000_000_000;
 
 pub(crate) fn batch(n: usize, ts: i64, tag: &str) -> Vec<u8> {
     let mut b = BatchBuilder::new(Compression::None, ts);
@@ -32,7 +32,7 @@ fn small_config() -> LogConfig {
     }
 }
 
-fn try_open(
+pub(crate) fn try_open(
     dir: &std::path::Path,
     config: LogConfig,
     clock: &Arc<ManualClock>,
@@ -47,11 +47,11 @@ fn try_open(
     )
 }
 
-fn open(dir: &std::path::Path, config: LogConfig, clock: &Arc<ManualClock>) -> Log {
+pub(crate) fn open(dir: &std::path::Path, config: LogConfig, clock: &Arc<ManualClock>) -> Log {
     try_open(dir, config, clock, LogOpenOptions::default()).expect("open")
 }
 
-fn values(log: &Log, from: i64) -> Vec<(i64, Vec<u8>)> {
+pub(crate) fn values(log: &Log, from: i64) -> Vec<(i64, Vec<u8>)> {
     let mut out = Vec::new();
     let mut next = from;
     loop {
