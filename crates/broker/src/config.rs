@@ -296,6 +296,30 @@ const KEYS: &[(&str, Option<&str>, Kind, &str)] = &[
         Kind::Int,
         "fetch sessions kept",
     ),
+    (
+        "queued.max.request.bytes",
+        Some("-1"),
+        Kind::Long,
+        "bytes held by requests being read and handled, all connections (-1: 512 MiB in Sluice)",
+    ),
+    (
+        "max.connections",
+        Some("2147483647"),
+        Kind::Int,
+        "connections broker-wide; at the limit new ones wait",
+    ),
+    (
+        "max.connections.per.ip",
+        Some("2147483647"),
+        Kind::Int,
+        "connections per client address; over it new ones are closed",
+    ),
+    (
+        "max.connections.per.ip.overrides",
+        Some(""),
+        Kind::Str,
+        "per-address limits, host:count,host:count",
+    ),
 ];
 
 /// A validated broker configuration.
@@ -454,6 +478,7 @@ impl BrokerConfig {
             ));
         }
         self.log_config()?;
+        crate::limits::validate(self)?;
         Ok(())
     }
 

@@ -4,7 +4,11 @@
 //! - [`broker`]: shared state (logs, metadata image) and topic changes.
 //! - [`server`]: the listener, start-up and graceful shutdown.
 //! - `connection`: framing, request header, in-order dispatch per
-//!   connection, limits (`socket.request.max.bytes`, idle timeout).
+//!   connection, limits (`socket.request.max.bytes`, idle timeout, body
+//!   deadline).
+//! - `limits`: bytes held by requests across connections
+//!   (`queued.max.request.bytes`), `max.connections`,
+//!   `max.connections.per.ip`.
 //! - `handlers`: one file per Kafka API (decode, delegate, respond), each
 //!   declaring the versions it implements; `handlers::errors` maps storage
 //!   and broker errors to Kafka error codes in one place.
@@ -16,6 +20,7 @@ pub mod error;
 mod fetch_session;
 mod groups;
 mod handlers;
+mod limits;
 pub mod server;
 
 pub use broker::Broker;
