@@ -8,6 +8,10 @@
 //!   until budget comes back, or until it gets the single overdraft that
 //!   lets one frame at a time finish regardless (Kafka's non-strict
 //!   `SimpleMemoryPool`: at most the budget plus one frame is held).
+//! - Counts in admin requests: [`MAX_PARTITIONS_PER_REQUEST`] and
+//!   [`MAX_RECORDS_PER_REQUEST`] (KRaft's controller limits), checked by
+//!   the CreateTopics and CreatePartitions handlers before anything is
+//!   built from the client's numbers.
 //! - [`ConnectionLimits`]: connections broker-wide (`max.connections`: the
 //!   accept loop waits for a slot, as Kafka's acceptor does) and per client
 //!   address (`max.connections.per.ip` and its overrides: a connection over
@@ -23,6 +27,21 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 use crate::config::BrokerConfig;
 use crate::error::{BrokerError, Result};
+
+/// Most partitions one CreateTopics or CreatePartitions may create
+/// (KRaft's `ReplicationControlManager.MAX_PARTITIONS_PER_BATCH`).
+pub(crate) const MAX_PARTITIONS_PER_REQUEST: i64 = 10_000;
+
+/// Most metadata records one request may produce (KRaft's
+/// `QuorumController.MAX_RECORDS_PER_USER_OP`): a topic is one record,
+/// plus one per config and one per partition.
+pub(crate) const MAX_RECORDS_PER_REQUEST: usize = 10_000;
+
+/// KRaft's message when [`MAX_PARTITIONS_PER_REQUEST`] is exceeded.
+pub(crate) const TOO_MANY_PARTITIONS: &str = "Excessively large number of partitions per request.";
+
+/// KRaft's message when [`MAX_RECORDS_PER_REQUEST`] is exceeded.
+pub(crate) const TOO_MANY_RECORDS: &str = "Unable to perform excessively large batch operation.";
 
 /// The budget Sluice uses when `queued.max.request.bytes` is not positive
 /// (Kafka's default -1 means unbounded there): 512 MiB, or one
