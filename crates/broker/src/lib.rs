@@ -6,6 +6,8 @@
 //! - `connection`: framing, request header, in-order dispatch per
 //!   connection, limits (`socket.request.max.bytes`, idle timeout, body
 //!   deadline).
+//! - [`ServerAllocator`]: the allocator `sluice server` registers, so a
+//!   hostile array count cannot make a reservation the kernel refuses.
 //! - `limits`: bytes held by requests across connections
 //!   (`queued.max.request.bytes`), `max.connections`,
 //!   `max.connections.per.ip`.
@@ -13,6 +15,7 @@
 //!   declaring the versions it implements; `handlers::errors` maps storage
 //!   and broker errors to Kafka error codes in one place.
 
+mod alloc;
 pub mod broker;
 pub mod config;
 mod connection;
@@ -23,8 +26,14 @@ mod handlers;
 mod limits;
 pub mod server;
 
+pub use alloc::ServerAllocator;
 pub use broker::Broker;
 pub use config::BrokerConfig;
 pub use error::{BrokerError, Result};
 pub use handlers::decode_request;
 pub use server::Server;
+
+/// The lib's own tests run with the server's allocator.
+#[cfg(test)]
+#[global_allocator]
+static TEST_ALLOCATOR: ServerAllocator = ServerAllocator;
