@@ -48,7 +48,12 @@ impl Server {
             "listening"
         );
         let memory = RequestMemory::from_config(&broker.config);
-        let connections = ConnectionLimits::from_config(&broker.config)?;
+        // Override host names are resolved here, off the async threads.
+        let config = broker.config.clone();
+        let connections =
+            tokio::task::spawn_blocking(move || ConnectionLimits::from_config(&config))
+                .await
+                .map_err(|e| io("start-up task", std::io::Error::other(e)))??;
         tracing::debug!(
             queued_max_request_bytes = memory.limit(),
             max_connections = connections.max_total(),
