@@ -3,7 +3,8 @@
 Each case sends its bad input with a raw socket or a real client (kafka-python,
 confluent-kafka), checks the Kafka error code or the close, checks that a
 well-behaved producer is still served, restarts the broker and checks that
-every record it acknowledged is still there.
+every record it acknowledged is still there. The last case is start-up
+recovery: a flushed segment corrupted on disk truncates only itself.
 """
 import gc
 import struct
@@ -374,4 +375,58 @@ def test_fetch_claiming_replica_id_7(server_factory):
         part = fetch(s, 13, 4, -1, "witness", (0, 0, MIB))
         assert (part[1], part[2]) == (0, len(w.acked))
         assert part[-1]
+    w.survives_restart()
+
+
+# ------------------------------------------------------- start-up recovery
+
+def test_corrupt_flushed_segment_truncates_only_itself_at_start(server_factory):
+    """Flushed data changed on disk: a segment below the recovery point
+    whose index is gone and whose last batch no longer matches its CRC.
+    At start the index rebuild finds it, truncates that segment only
+    (logged at error level) and keeps every later segment and record."""
+    srv = server_factory(name="recovery")
+    a = AdminClient({"bootstrap.servers": srv.bootstrap})
+    a.create_topics([NewTopic("segments", 1, 1, config={"segment.bytes": "4096"})])[
+        "segments"].result(30)
+    del a
+    gc.collect()
+    p = Producer({"bootstrap.servers": srv.bootstrap, "acks": "all", "linger.ms": 0,
+                  "batch.num.messages": 1})
+    values = [f"record-{i:04}".encode() + b"." * 100 for i in range(150)]
+    for v in values:
+        p.produce("segments", v, partition=0)
+        p.flush(30)
+    del p
+    assert srv.stop() == 0  # clean shutdown: everything below the recovery point
+    folder = srv.data_dir / "segments-0"
+    logs = sorted(folder.glob("*.log"))
+    assert len(logs) >= 4, logs
+    victim, after = logs[1], logs[2]
+    (folder / (victim.stem + ".index")).unlink()
+    data = bytearray(victim.read_bytes())
+    data[-5] ^= 0xFF  # inside the last batch's records: CRC mismatch
+    victim.write_bytes(bytes(data))
+    srv.start()
+    log = log_text(srv)
+    assert "corruption below the recovery point found while rebuilding an index: " \
+        "truncated this segment only" in log
+    assert victim.name in log and "ERROR" in log
+    assert sorted(folder.glob("*.log")) == logs  # no segment deleted
+    c = Consumer({"bootstrap.servers": srv.bootstrap, "group.id": "recovery-reader",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition("segments", 0, 0)])
+    got = {}
+    deadline = time.time() + 30
+    while len(got) < len(values) - 1 and time.time() < deadline:
+        m = c.poll(1)
+        if m is not None and m.error() is None:
+            got[m.offset()] = m.value()
+    c.close()
+    # Exactly the victim's last record is gone; the next segment and all
+    # after it are whole.
+    lost = int(after.stem) - 1
+    assert sorted(got) == [o for o in range(len(values)) if o != lost]
+    assert all(got[o] == values[o] for o in got)
+    w = Witness(srv)
     w.survives_restart()
