@@ -132,6 +132,27 @@ impl Broker {
         self.metadata.image()
     }
 
+    /// Whether `id` is a broker of the cluster. The one place that says
+    /// so: on a single node only this node's `node.id`; with replication
+    /// the brokers registered in the metadata.
+    pub(crate) fn is_broker(&self, id: i32) -> bool {
+        id == self.node_id
+    }
+
+    /// Whether `replica_id` may fetch `partition` as a follower: a broker
+    /// of the cluster other than this node (a leader does not fetch from
+    /// itself) and one of the partition's replicas (Kafka's
+    /// `Partition.getReplica`, which holds the remote replicas only).
+    pub(crate) fn is_follower(
+        &self,
+        partition: &sluice_controller::PartitionImage,
+        replica_id: i32,
+    ) -> bool {
+        replica_id != self.node_id
+            && self.is_broker(replica_id)
+            && partition.replicas.contains(&replica_id)
+    }
+
     /// The log of a topic partition; never the metadata log, which is not
     /// a topic clients can name.
     pub(crate) fn log(&self, topic: &str, partition: i32) -> Option<Arc<Log>> {

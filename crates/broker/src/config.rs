@@ -523,6 +523,7 @@ impl BrokerConfig {
         }
         self.log_config()?;
         self.metadata_log_config()?;
+        crate::limits::validate(self)?;
         Ok(())
     }
 

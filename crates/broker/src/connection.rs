@@ -5,6 +5,15 @@
 //! malformed closes this connection with one log line; others are
 //! unaffected.
 //!
+//! A frame's body is read into a buffer that grows with what has arrived
+//! (never zero-filled), taking budget from the broker-wide
+//! `queued.max.request.bytes` as it grows (`crate::limits`): while the
+//! budget is spent the connection stops reading. The body must arrive
+//! within `connections.max.idle.ms` of its size (waiting for budget
+//! included: Kafka too closes a connection muted for memory once it has
+//! been idle that long), so a slow client cannot hold a half-sent frame
+//! forever; the budget is given back once the request is answered.
+//!
 //! A response is a list of chunks: bytes, and regions of segment files
 //! (Fetch records). On plaintext connections regions go to the socket with
 //! `sendfile(2)` (zero-copy, as Kafka's `transferTo`), the whole response
@@ -18,15 +27,21 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use sluice_storage::FileRegion;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::broker::Broker;
+use crate::limits::{Claim, RequestMemory};
+
+/// First buffer for a frame body (or the frame, if smaller); it doubles as
+/// bytes arrive.
+const INITIAL_BODY_BUFFER: usize = 16 << 10;
 
 pub(crate) async fn serve(
     broker: Arc<Broker>,
+    memory: Arc<RequestMemory>,
     stream: TcpStream,
     peer: SocketAddr,
     mut stop: watch::Receiver<bool>,
@@ -59,12 +74,30 @@ pub(crate) async fn serve(
             tracing::warn!(%peer, size, max, "request size outside 0..=socket.request.max.bytes; closing connection");
             return;
         }
-        let mut frame = BytesMut::zeroed(size as usize);
-        if let Err(e) = rd.read_exact(&mut frame).await {
-            tracing::warn!(%peer, error = %e, "truncated request; closing connection");
-            return;
-        }
-        match crate::handlers::handle(&broker, frame.freeze(), Some(peer)).await {
+        let body = tokio::select! {
+            r = read_body(&mut rd, size as usize, &memory, idle) => r,
+            _ = stop.changed() => return,
+        };
+        let (frame, claim) = match body {
+            Ok(x) => x,
+            Err(BodyError::Deadline { received }) => {
+                tracing::warn!(
+                    %peer, size, received, timeout_ms = idle.as_millis() as u64,
+                    "request body did not arrive within connections.max.idle.ms; closing connection"
+                );
+                return;
+            }
+            Err(BodyError::Eof { received }) => {
+                tracing::warn!(%peer, size, received, "truncated request; closing connection");
+                return;
+            }
+            Err(BodyError::Io(e)) => {
+                tracing::warn!(%peer, error = %e, "reading request failed; closing connection");
+                return;
+            }
+        };
+        let handled = crate::handlers::handle(&broker, frame, Some(peer)).await;
+        match handled {
             Ok(Some(response)) => {
                 if let Err(e) = response.write_to(&mut wr, zero_copy).await {
                     tracing::debug!(%peer, error = %e, "writing response failed");
@@ -77,7 +110,71 @@ pub(crate) async fn serve(
                 return;
             }
         }
+        // The request is answered: its bytes no longer count.
+        drop(claim);
     }
+}
+
+/// Why a frame body could not be read.
+#[derive(Debug)]
+pub(crate) enum BodyError {
+    /// The body did not arrive in time.
+    Deadline {
+        received: usize,
+    },
+    /// The peer closed the connection mid-frame.
+    Eof {
+        received: usize,
+    },
+    Io(io::Error),
+}
+
+/// Reads a `size`-byte frame body. The buffer starts small and doubles as
+/// it fills, each growth taken from `memory` first (waiting, and not
+/// reading, while the budget is spent); nothing is zero-filled. The whole
+/// body must arrive within `deadline`.
+pub(crate) async fn read_body<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    size: usize,
+    memory: &Arc<RequestMemory>,
+    deadline: Duration,
+) -> Result<(Bytes, Claim), BodyError> {
+    let mut claim = memory.claim();
+    let mut buf: Vec<u8> = Vec::new();
+    let deadline_at = tokio::time::Instant::now() + deadline;
+    while buf.len() < size {
+        if buf.len() == buf.capacity() {
+            let target = if buf.capacity() == 0 {
+                size.min(INITIAL_BODY_BUFFER)
+            } else {
+                size.min(buf.capacity().saturating_mul(2))
+            };
+            let received = buf.len();
+            tokio::time::timeout_at(deadline_at, claim.grow(target - buf.capacity()))
+                .await
+                .map_err(|_| BodyError::Deadline { received })?;
+            buf.reserve_exact(target - buf.len());
+        }
+        let want = (buf.capacity() - buf.len()).min(size - buf.len());
+        let read =
+            tokio::time::timeout_at(deadline_at, (&mut *rd).take(want as u64).read_buf(&mut buf))
+                .await;
+        match read {
+            Err(_) => {
+                return Err(BodyError::Deadline {
+                    received: buf.len(),
+                })
+            }
+            Ok(Err(e)) => return Err(BodyError::Io(e)),
+            Ok(Ok(0)) => {
+                return Err(BodyError::Eof {
+                    received: buf.len(),
+                })
+            }
+            Ok(Ok(_)) => {}
+        }
+    }
+    Ok((Bytes::from(buf), claim))
 }
 
 /// One response frame, size prefix included, as written to the socket.

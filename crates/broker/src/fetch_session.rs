@@ -73,6 +73,8 @@ pub(crate) struct PartitionRequest {
     pub key: PartitionKey,
     pub fetch_offset: i64,
     pub max_bytes: i32,
+    /// The leader epoch the fetcher believes current (v9+; -1: not given).
+    pub current_leader_epoch: i32,
 }
 
 /// What a read of one partition found, as far as the session cares.
@@ -599,6 +601,7 @@ mod tests {
             },
             fetch_offset: offset,
             max_bytes: 1 << 20,
+            current_leader_epoch: -1,
         }
     }
 

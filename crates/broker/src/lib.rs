@@ -6,11 +6,18 @@
 //! - `reconcile`: the data folder brought in line with the metadata at
 //!   start (recorded deletions, stray folders, `partition.metadata`).
 //! - `connection`: framing, request header, in-order dispatch per
-//!   connection, limits (`socket.request.max.bytes`, idle timeout).
+//!   connection, limits (`socket.request.max.bytes`, idle timeout, body
+//!   deadline).
+//! - [`ServerAllocator`]: the allocator `sluice server` registers, so a
+//!   hostile array count cannot make a reservation the kernel refuses.
+//! - `limits`: bytes held by requests across connections
+//!   (`queued.max.request.bytes`), `max.connections`,
+//!   `max.connections.per.ip`.
 //! - `handlers`: one file per Kafka API (decode, delegate, respond), each
 //!   declaring the versions it implements; `handlers::errors` maps storage
 //!   and broker errors to Kafka error codes in one place.
 
+mod alloc;
 pub mod broker;
 pub mod config;
 mod connection;
@@ -19,11 +26,18 @@ mod fetch_session;
 mod groups;
 mod handlers;
 pub mod internal_topics;
+mod limits;
 mod reconcile;
 pub mod server;
 
+pub use alloc::ServerAllocator;
 pub use broker::Broker;
 pub use config::BrokerConfig;
 pub use error::{BrokerError, Result};
 pub use handlers::decode_request;
 pub use server::Server;
+
+/// The lib's own tests run with the server's allocator.
+#[cfg(test)]
+#[global_allocator]
+static TEST_ALLOCATOR: ServerAllocator = ServerAllocator;

@@ -19,6 +19,8 @@ use sluice_protocol::record::{BatchBuilder, BatchIter, Compression, Record};
 use uuid::Uuid;
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+const UNKNOWN_LEADER_EPOCH: i16 = 75;
 const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 const UNKNOWN_TOPIC_ID: i16 = 100;
 const FETCH_SESSION_TOPIC_ID_ERROR: i16 = 106;
@@ -133,6 +135,8 @@ struct Fetch {
     min_bytes: i32,
     max_bytes: i32,
     replica_id: i32,
+    /// current_leader_epoch of every partition (v9+).
+    leader_epoch: i32,
 }
 
 impl Fetch {
@@ -149,6 +153,7 @@ impl Fetch {
             min_bytes: 0,
             max_bytes: 50 << 20,
             replica_id: -1,
+            leader_epoch: -1,
         }
     }
 
@@ -191,6 +196,7 @@ impl Fetch {
                     p.partition = w.partition;
                     p.fetch_offset = w.offset;
                     p.partition_max_bytes = w.max;
+                    p.current_leader_epoch = self.leader_epoch;
                     p
                 })
                 .collect();
@@ -466,7 +472,7 @@ async fn topic_ids_from_v13() {
 }
 
 #[tokio::test]
-async fn full_cache_refuses_consumers_and_followers_evict() {
+async fn full_cache_refuses_consumers_and_claimed_replicas_are_not_privileged() {
     let server = start(&[("max.incremental.fetch.session.cache.slots", "2")]).await;
     let mut c = server.client().await;
     c.create_topic("e", 3).await;
@@ -505,26 +511,24 @@ async fn full_cache_refuses_consumers_and_followers_evict() {
         decode_records(partitions(&resp)[0].records.as_deref().unwrap_or_default()).len(),
         1
     );
-    // A follower's session is privileged: it evicts the smallest consumer
-    // session.
-    let mut follower = Fetch::new(12, "e", Uuid::nil()).parts(&[want(0, 0)]);
-    follower.replica_id = 2;
-    let resp = c.fetch(12, &follower.build()).await;
-    assert!(resp.session_id > 0);
-    let resp = c
-        .fetch(
-            12,
-            &Fetch::new(12, "e", Uuid::nil()).session(small, 1).build(),
-        )
-        .await;
-    assert_eq!(resp.error_code, FETCH_SESSION_ID_NOT_FOUND);
-    let resp = c
-        .fetch(
-            12,
-            &Fetch::new(12, "e", Uuid::nil()).session(large, 1).build(),
-        )
-        .await;
-    assert_eq!((resp.error_code, resp.session_id), (0, large));
+    // A follower's session would be privileged and evict the smallest
+    // consumer session (fetch_session's unit tests); a fetch merely
+    // claiming a replica id that is no broker of the cluster gets no such
+    // privilege: no session, NOT_LEADER_OR_FOLLOWER, nobody evicted.
+    let mut claimed = Fetch::new(12, "e", Uuid::nil()).parts(&[want(0, 0)]);
+    claimed.replica_id = 2;
+    let resp = c.fetch(12, &claimed.build()).await;
+    assert_eq!((resp.error_code, resp.session_id), (0, 0));
+    assert_eq!(partitions(&resp)[0].error_code, NOT_LEADER_OR_FOLLOWER);
+    for (id, epoch) in [(small, 1), (large, 1)] {
+        let resp = c
+            .fetch(
+                12,
+                &Fetch::new(12, "e", Uuid::nil()).session(id, epoch).build(),
+            )
+            .await;
+        assert_eq!((resp.error_code, resp.session_id), (0, id));
+    }
     server.stop().await;
 }
 
@@ -800,6 +804,62 @@ async fn consuming_many_records_through_a_session() {
     }
     for g in &got {
         assert_eq!(g.len(), total);
+    }
+    server.stop().await;
+}
+
+/// A fetch naming a replica id (v4-v14 `replica_id`, v15+ `replica_state`)
+/// that is not a follower of the partition (another id, or this node's
+/// own: a leader does not fetch from itself) gets Kafka's per-partition
+/// error and no records, in every version; the same connection and a
+/// consumer keep being served.
+#[tokio::test]
+async fn fetch_claiming_a_replica_id_gets_kafkas_error_in_every_version() {
+    let server = start(&[]).await;
+    let mut c = server.client().await;
+    let id = c.create_topic("claimed", 1).await;
+    c.produce("claimed", 0, 3, 10).await;
+    for version in 4..=18 {
+        for replica_id in [7, 1] {
+            let epochs: &[(i32, i16)] = if version >= 9 {
+                &[
+                    (-1, NOT_LEADER_OR_FOLLOWER),
+                    (0, UNKNOWN_LEADER_EPOCH),
+                    (5, UNKNOWN_LEADER_EPOCH),
+                ]
+            } else {
+                &[(-1, NOT_LEADER_OR_FOLLOWER)]
+            };
+            for &(epoch, want_error) in epochs {
+                let mut f = Fetch::new(version, "claimed", id).parts(&[want(0, 0)]);
+                f.replica_id = replica_id;
+                f.leader_epoch = epoch;
+                let resp = c.fetch(version, &f.build()).await;
+                assert_eq!(resp.error_code, 0, "v{version}");
+                let p = partitions(&resp);
+                assert_eq!(p.len(), 1, "v{version}");
+                assert_eq!(
+                    (p[0].error_code, p[0].high_watermark, records_len(p[0])),
+                    (want_error, -1, 0),
+                    "v{version} replica {replica_id} epoch {epoch}"
+                );
+            }
+        }
+        // A consumer on the same connection reads everything.
+        let resp = c
+            .fetch(
+                version,
+                &Fetch::new(version, "claimed", id)
+                    .parts(&[want(0, 0)])
+                    .build(),
+            )
+            .await;
+        let p = partitions(&resp);
+        assert_eq!((p[0].error_code, p[0].high_watermark), (0, 3), "v{version}");
+        assert_eq!(
+            decode_records(p[0].records.as_deref().unwrap_or_default()).len(),
+            3
+        );
     }
     server.stop().await;
 }

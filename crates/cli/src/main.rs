@@ -28,6 +28,11 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use sluice_broker::{BrokerConfig, Server};
 
+/// Huge blocks are reserved without charging the kernel's overcommit
+/// heuristic (sluice_broker's design 007).
+#[global_allocator]
+static ALLOCATOR: sluice_broker::ServerAllocator = sluice_broker::ServerAllocator;
+
 #[derive(Debug, Parser)]
 #[command(name = "sluice", version, about = "Kafka-compatible event streaming")]
 struct Cli {

@@ -5,6 +5,12 @@
 //! not place exactly one replica on this node per new partition is
 //! INVALID_REPLICA_ASSIGNMENT, a topic named twice is INVALID_REQUEST.
 //! `validate_only` checks without creating.
+//!
+//! A request that would add more than 10,000 partitions in all is refused
+//! whole with POLICY_VIOLATION before anything is built (design 007: the
+//! limit KRaft applies to CreateTopics; Kafka 4.x lets such a
+//! CreatePartitions overflow its controller batch, answering
+//! UNKNOWN_SERVER_ERROR).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,6 +25,7 @@ use proto_kafka::ResponseError;
 
 use super::Ctx;
 use crate::broker::{ApiError, Broker};
+use crate::limits::{MAX_PARTITIONS_PER_REQUEST, TOO_MANY_PARTITIONS};
 
 pub(crate) const VERSIONS: (i16, i16) = (0, 3);
 
@@ -30,6 +37,9 @@ pub(crate) fn handle(
     let mut seen: HashMap<String, usize> = HashMap::new();
     for t in &req.topics {
         *seen.entry(t.name.0.to_string()).or_default() += 1;
+    }
+    if new_partitions(broker, &req.topics, &seen) > MAX_PARTITIONS_PER_REQUEST {
+        return refuse_all(&req);
     }
     let mut resp = CreatePartitionsResponse::default();
     let mut reported_dupes = Vec::new();
@@ -56,6 +66,47 @@ pub(crate) fn handle(
         }
         resp.results.push(r);
     }
+    resp
+}
+
+/// Partitions the request would add: for each topic named once that
+/// exists, the increase it asks for.
+fn new_partitions(
+    broker: &Broker,
+    topics: &[CreatePartitionsTopic],
+    seen: &HashMap<String, usize>,
+) -> i64 {
+    let image = broker.image();
+    topics
+        .iter()
+        .filter(|t| seen.get(t.name.0.as_str()) == Some(&1))
+        .filter_map(|t| {
+            let current = image.topic(t.name.0.as_str())?.partitions.len() as i64;
+            Some((i64::from(t.count) - current).max(0))
+        })
+        .sum()
+}
+
+/// Every topic named gets POLICY_VIOLATION (the whole request is refused,
+/// as KRaft refuses an oversized CreateTopics).
+fn refuse_all(req: &CreatePartitionsRequest) -> CreatePartitionsResponse {
+    tracing::info!(
+        topics = req.topics.len(),
+        validate_only = req.validate_only,
+        "refusing CreatePartitions: {TOO_MANY_PARTITIONS}"
+    );
+    let mut resp = CreatePartitionsResponse::default();
+    resp.results = req
+        .topics
+        .iter()
+        .map(|t| {
+            let mut r = CreatePartitionsTopicResult::default();
+            r.name = t.name.clone();
+            r.error_code = ResponseError::PolicyViolation.code();
+            r.error_message = Some(StrBytes::from_static_str(TOO_MANY_PARTITIONS));
+            r
+        })
+        .collect();
     resp
 }
 
@@ -213,6 +264,67 @@ mod tests {
             assert_eq!(got[5].0, 0);
             // validate_only created nothing.
             assert_eq!(broker.image().topic(&name).expect("t").partitions.len(), 4);
+        }
+        broker.shutdown().expect("shutdown");
+    }
+
+    #[test]
+    fn more_than_10000_new_partitions_are_refused_whole_in_every_version() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(dir.path(), &[]);
+        broker.create_topic("a", 1, 1, &[], false).expect("create");
+        broker.create_topic("b", 1, 1, &[], false).expect("create");
+        let policy = (
+            ResponseError::PolicyViolation.code(),
+            Some(TOO_MANY_PARTITIONS.to_string()),
+        );
+        for v in VERSIONS.0..=VERSIONS.1 {
+            for validate_only in [false, true] {
+                for topics in [
+                    vec![topic("a", 10_002, None)],
+                    vec![topic("a", 20_000, None), topic("missing", 3, None)],
+                    vec![topic("a", i32::MAX, None), topic("b", i32::MAX, None)],
+                    vec![topic("a", 5_002, None), topic("b", 5_001, None)],
+                ] {
+                    let n = topics.len();
+                    let mut req = CreatePartitionsRequest::default();
+                    req.validate_only = validate_only;
+                    req.topics = topics;
+                    let resp =
+                        roundtrip(&handle(&broker, req, &ctx(ApiKey::CreatePartitions, v)), v);
+                    let got: Vec<_> = resp
+                        .results
+                        .iter()
+                        .map(|r| {
+                            (
+                                r.error_code,
+                                r.error_message.as_ref().map(|m| m.to_string()),
+                            )
+                        })
+                        .collect();
+                    assert_eq!(got, vec![policy.clone(); n], "v{v}");
+                }
+                // A topic named twice is refused by name, not counted.
+                let mut req = CreatePartitionsRequest::default();
+                req.validate_only = validate_only;
+                req.topics = vec![topic("b", 20_000, None), topic("b", 20_000, None)];
+                let resp = handle(&broker, req, &ctx(ApiKey::CreatePartitions, v));
+                assert_eq!(resp.results.len(), 1);
+                assert_eq!(
+                    resp.results[0].error_code,
+                    ResponseError::InvalidRequest.code()
+                );
+            }
+            // Exactly 10,000 new partitions may be added (validated only).
+            let mut req = CreatePartitionsRequest::default();
+            req.validate_only = true;
+            req.topics = vec![topic("a", 10_001, None)];
+            let resp = handle(&broker, req, &ctx(ApiKey::CreatePartitions, v));
+            assert_eq!(resp.results[0].error_code, 0, "v{v}");
+        }
+        for name in ["a", "b"] {
+            assert_eq!(broker.image().topic(name).expect("t").partitions.len(), 1);
+            assert!(broker.log(name, 1).is_none());
         }
         broker.shutdown().expect("shutdown");
     }

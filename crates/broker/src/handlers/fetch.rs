@@ -3,7 +3,11 @@
 //! `fetch.max.bytes` for consumers), always returning a whole first batch
 //! (KIP-74); long-poll until `min_bytes` are available or `max_wait_ms`
 //! passes, woken by appends rather than polling. Consumers read up to the
-//! high watermark, followers to the log end.
+//! high watermark, followers to the log end. A fetch naming a replica id
+//! gets follower treatment only from a broker of the cluster that is a
+//! replica of the partition (`Broker::is_follower`); otherwise each
+//! partition answers Kafka's NOT_LEADER_OR_FOLLOWER (or a leader-epoch
+//! error when the fetch names an epoch).
 //!
 //! Fetch sessions (KIP-227, `crate::fetch_session`) decide which partitions
 //! are read (an incremental request reads every partition of its session)
@@ -43,6 +47,9 @@ pub(crate) const VERSIONS: (i16, i16) = (4, 18);
 
 const READ_COMMITTED: i8 = 1;
 
+/// First version naming the replica in `replica_state` (KIP-903).
+const REPLICA_STATE_VERSION: i16 = 15;
+
 /// Regions shorter than this are read into the response: a separate
 /// `sendfile` call is not worth it for a few records.
 const SENDFILE_MIN_BYTES: u64 = 4096;
@@ -63,7 +70,24 @@ fn is_placeholder(b: &[u8]) -> bool {
 
 pub(crate) async fn handle(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Response> {
     let version = ctx.version;
-    let follower = req.replica_id.0 >= 0 || req.replica_state.replica_id.0 >= 0;
+    let replica_id = if version >= REPLICA_STATE_VERSION {
+        req.replica_state.replica_id.0
+    } else {
+        req.replica_id.0
+    };
+    // A fetch naming a replica id is a follower's (Kafka's
+    // `isFromFollower`); its privileges (reading to the log end, no
+    // fetch.max.bytes cap, a privileged session) go only to a broker of
+    // the cluster, and each partition must have it as a follower.
+    let claims_replica = replica_id >= 0;
+    let follower = claims_replica && replica_id != broker.node_id && broker.is_broker(replica_id);
+    if claims_replica && !follower {
+        tracing::debug!(
+            replica_id,
+            client_id = %ctx.client_id,
+            "fetch from a replica id that is not a follower of this broker"
+        );
+    }
     let by_id = version >= TOPIC_ID_VERSION;
     let parts = requested_partitions(&req, by_id);
     let forgotten = forgotten_partitions(&req, by_id);
@@ -89,6 +113,7 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -
         }
     }
     let opts = ReadOptions {
+        replica_id: claims_replica.then_some(replica_id),
         limit: if follower {
             ReadLimit::LogEnd
         } else {
@@ -166,6 +191,7 @@ fn requested_partitions(req: &FetchRequest, by_id: bool) -> Vec<PartitionRequest
                 },
                 fetch_offset: p.fetch_offset,
                 max_bytes: p.partition_max_bytes,
+                current_leader_epoch: p.current_leader_epoch,
             });
         }
     }
@@ -191,6 +217,8 @@ fn forgotten_partitions(req: &FetchRequest, by_id: bool) -> Vec<PartitionKey> {
 }
 
 struct ReadOptions {
+    /// The replica id a follower fetch names.
+    replica_id: Option<i32>,
     limit: ReadLimit,
     max_bytes: i64,
     read_committed: bool,
@@ -257,9 +285,20 @@ fn read_partition(
             .ok_or(ResponseError::UnknownTopicId),
     };
     let log = name.and_then(|n| {
-        broker
+        let log = broker
             .log(n, p.key.partition)
-            .ok_or(ResponseError::UnknownTopicOrPartition)
+            .ok_or(ResponseError::UnknownTopicOrPartition)?;
+        match (
+            opts.replica_id,
+            image
+                .topic(n)
+                .and_then(|t| t.partitions.get(&p.key.partition)),
+        ) {
+            (Some(id), Some(part)) if !broker.is_follower(part, id) => {
+                Err(not_a_follower(p.current_leader_epoch, part.leader_epoch))
+            }
+            _ => Ok(log),
+        }
     });
     match log {
         Err(e) => pd.error_code = e.code(),
@@ -315,6 +354,21 @@ fn read_partition(
         data: pd,
         region,
         outcome,
+    }
+}
+
+/// Kafka's answer to a follower fetch from a replica the partition does
+/// not have (`Partition.fetchRecords`): the leader epoch is checked first
+/// (`localLogWithEpochOrThrow`), then the replica
+/// (`followerReplicaOrThrow`): UNKNOWN_LEADER_EPOCH when the fetch names an
+/// epoch, NOT_LEADER_OR_FOLLOWER when it does not.
+fn not_a_follower(requested_epoch: i32, leader_epoch: i32) -> ResponseError {
+    if requested_epoch < 0 {
+        ResponseError::NotLeaderOrFollower
+    } else if requested_epoch < leader_epoch {
+        ResponseError::FencedLeaderEpoch
+    } else {
+        ResponseError::UnknownLeaderEpoch
     }
 }
 
@@ -429,4 +483,20 @@ fn split_at_placeholders(
         chunks.push(Chunk::Bytes(pending.freeze()));
     }
     Ok(chunks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_that_is_not_a_follower_gets_kafkas_errors() {
+        // No epoch in the request (v4-v8, or -1): NOT_LEADER_OR_FOLLOWER.
+        assert_eq!(not_a_follower(-1, 3), ResponseError::NotLeaderOrFollower);
+        // An older epoch is fenced before the replica is looked at.
+        assert_eq!(not_a_follower(2, 3), ResponseError::FencedLeaderEpoch);
+        // The current or a newer epoch: the replica is not recognised.
+        assert_eq!(not_a_follower(3, 3), ResponseError::UnknownLeaderEpoch);
+        assert_eq!(not_a_follower(9, 3), ResponseError::UnknownLeaderEpoch);
+    }
 }

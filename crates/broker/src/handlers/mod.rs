@@ -381,6 +381,105 @@ pub(crate) mod test_support {
 mod parse_tests {
     use super::decode_request;
 
+    /// Request header v1 (v2 with `flexible`: empty tagged fields).
+    fn header(key: i16, version: i16, flexible: bool) -> Vec<u8> {
+        let mut h = Vec::new();
+        h.extend_from_slice(&key.to_be_bytes());
+        h.extend_from_slice(&version.to_be_bytes());
+        h.extend_from_slice(&7i32.to_be_bytes());
+        h.extend_from_slice(&1i16.to_be_bytes());
+        h.push(b'c');
+        if flexible {
+            h.push(0);
+        }
+        h
+    }
+
+    /// Frames whose array counts claim 2^31 - 1 elements (Int32 or compact
+    /// varint counts) are refused before anything is allocated for the
+    /// elements: proto-kafka checks a count against the bytes left in the
+    /// frame before `Vec::with_capacity` (each element takes at least one
+    /// byte). Top-level and nested arrays, old and flexible versions.
+    #[test]
+    fn array_counts_claiming_billions_are_refused_before_allocating() {
+        const I32_MAX: [u8; 4] = [0x7f, 0xff, 0xff, 0xff];
+        // 2^31 as an unsigned varint: a compact array of 2^31 - 1.
+        const COMPACT_2_31: [u8; 5] = [0x80, 0x80, 0x80, 0x80, 0x08];
+        let pad = [0u8; 64];
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            // CreateTopics v4: topics[]
+            (
+                "CreateTopics v4 topics",
+                [header(19, 4, false), I32_MAX.to_vec(), pad.to_vec()].concat(),
+            ),
+            // CreateTopics v5 (flexible): topics[]
+            (
+                "CreateTopics v5 topics",
+                [header(19, 5, true), COMPACT_2_31.to_vec(), pad.to_vec()].concat(),
+            ),
+            // CreateTopics v4: one topic "t", 1 partition, rf 1,
+            // assignments[] claiming 2^31 - 1.
+            (
+                "CreateTopics v4 assignments",
+                [
+                    header(19, 4, false),
+                    vec![0, 0, 0, 1, 0, 1, b't', 0, 0, 0, 1, 0, 1],
+                    I32_MAX.to_vec(),
+                    pad.to_vec(),
+                ]
+                .concat(),
+            ),
+            // Metadata v4: topics[]
+            (
+                "Metadata v4 topics",
+                [header(3, 4, false), I32_MAX.to_vec(), pad.to_vec()].concat(),
+            ),
+            // Metadata v12 (flexible): topics[]
+            (
+                "Metadata v12 topics",
+                [header(3, 12, true), COMPACT_2_31.to_vec(), pad.to_vec()].concat(),
+            ),
+            // Produce v3: transactional_id null, acks, timeout, topic_data[]
+            (
+                "Produce v3 topic_data",
+                [
+                    header(0, 3, false),
+                    vec![0xff, 0xff, 0, 1, 0, 0, 0x27, 0x10],
+                    I32_MAX.to_vec(),
+                    pad.to_vec(),
+                ]
+                .concat(),
+            ),
+            // Fetch v4: replica_id, max_wait, min_bytes, max_bytes,
+            // isolation, topics[]
+            (
+                "Fetch v4 topics",
+                [
+                    header(1, 4, false),
+                    vec![0xff; 4],
+                    vec![0; 12],
+                    vec![0],
+                    I32_MAX.to_vec(),
+                    pad.to_vec(),
+                ]
+                .concat(),
+            ),
+            // DeleteTopics v1: topic_names[]
+            (
+                "DeleteTopics v1 names",
+                [header(20, 1, false), I32_MAX.to_vec(), pad.to_vec()].concat(),
+            ),
+        ];
+        for (what, frame) in cases {
+            let e = decode_request(&frame).expect_err(what);
+            let text = e.to_string();
+            assert!(
+                text.contains("elements but only") && text.contains("bytes remain"),
+                "{what}: {text}"
+            );
+        }
+    }
+
     /// A small in-CI version of the fuzz target: random frames, and random
     /// bodies behind valid headers of every API and version, never panic.
     #[test]

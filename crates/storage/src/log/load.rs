@@ -1,6 +1,12 @@
 //! Opening a partition folder (Kafka's `LogLoader`): clean up leftovers of
 //! interrupted deletes and cleanings, finish interrupted segment swaps,
 //! open segments, and recover whatever lies past the recovery point.
+//!
+//! Corruption past the recovery point (unflushed data) truncates the log
+//! there: the rest of that segment and every later segment go. Corruption
+//! found below it, while rebuilding a missing or corrupt index, truncates
+//! that segment alone and is logged at error level (flushed data changed
+//! on disk); later segments are whole and stay, as in Kafka's `LogLoader`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -131,7 +137,7 @@ impl Log {
                         trimmed_bytes = outcome.truncated_bytes,
                         "trimmed unwritten tail of segment"
                     );
-                } else if outcome.truncated_bytes > 0 {
+                } else if outcome.truncated_bytes > 0 && recovering {
                     tracing::warn!(
                         path = %seg.log_path().display(),
                         truncated_bytes = outcome.truncated_bytes,
@@ -139,6 +145,18 @@ impl Log {
                         "truncated invalid tail of segment"
                     );
                     truncated_at = Some(base);
+                } else if outcome.truncated_bytes > 0 {
+                    // Below the recovery point this data had been flushed:
+                    // the disk lost or changed it. Kafka's `LogLoader`
+                    // recovers this segment alone; later segments are
+                    // complete and stay.
+                    tracing::error!(
+                        path = %seg.log_path().display(),
+                        truncated_bytes = outcome.truncated_bytes,
+                        problem = outcome.problem.as_deref().unwrap_or(""),
+                        recovery_point = opts.recovery_point,
+                        "corruption below the recovery point found while rebuilding an index: truncated this segment only"
+                    );
                 }
                 if !is_last && truncated_at.is_none() {
                     seg.seal()?;

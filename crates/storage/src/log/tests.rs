@@ -308,6 +308,71 @@ fn missing_and_corrupt_indexes_are_rebuilt() {
     );
 }
 
+/// Corruption found while rebuilding the index of a segment below the
+/// recovery point truncates that segment only (Kafka's `LogLoader`): the
+/// segments after it and their records stay, after a clean shutdown and
+/// after a crash whose recovery point lies past the corrupt segment.
+#[test]
+fn corrupt_flushed_segment_truncates_only_itself() {
+    for clean_shutdown in [true, false] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let clock = Arc::new(ManualClock::new(T0));
+        {
+            let log = open(dir.path(), small_config(), &clock);
+            for i in 0..30 {
+                log.append_as_leader(&mut batch(2, T0 + i, "a"), 0)
+                    .expect("append");
+            }
+            log.close().expect("close");
+        }
+        let mut bases: Vec<i64> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .filter_map(|e| {
+                let name = e.expect("entry").file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".log").and_then(|b| b.parse().ok())
+            })
+            .collect();
+        bases.sort_unstable();
+        assert!(bases.len() >= 3, "{bases:?}");
+        // The second segment: drop its index (so it is rebuilt) and flip a
+        // byte in the payload of its last batch (so the rebuild finds a
+        // CRC mismatch there).
+        let victim = bases[1];
+        let next = bases[2];
+        let seg_log = dir.path().join(format!("{victim:020}.log"));
+        std::fs::remove_file(dir.path().join(format!("{victim:020}.index"))).expect("rm index");
+        let mut bytes = std::fs::read(&seg_log).expect("read");
+        let len = bytes.len();
+        bytes[len - 3] ^= 0xff;
+        std::fs::write(&seg_log, &bytes).expect("corrupt");
+        let opts = LogOpenOptions {
+            clean_shutdown,
+            recovery_point: 60,
+            ..LogOpenOptions::default()
+        };
+        let log = try_open(dir.path(), small_config(), &clock, opts).expect("reopen");
+        // Every segment is still there, the log end did not move.
+        assert_eq!(log.segment_count(), bases.len(), "clean={clean_shutdown}");
+        assert_eq!(log.log_end_offset(), 60);
+        let got = values(&log, 0);
+        let offsets: Vec<i64> = got.iter().map(|(o, _)| *o).collect();
+        // The victim lost its last batch (two records), nothing else did.
+        let lost: Vec<i64> = (next - 2..next).collect();
+        let expected: Vec<i64> = (0..60).filter(|o| !lost.contains(o)).collect();
+        assert_eq!(offsets, expected, "clean={clean_shutdown}");
+        assert!(std::fs::metadata(&seg_log).expect("meta").len() < len as u64);
+        // Reads across the gap continue in the next segment.
+        let r = log
+            .read(next - 2, 1 << 20, ReadLimit::LogEnd, true)
+            .expect("read in the gap");
+        assert!(r.region.is_some());
+        // Appends continue at the log end.
+        log.append_as_leader(&mut batch(1, T0 + 100, "b"), 0)
+            .expect("append");
+        assert_eq!(log.log_end_offset(), 61);
+    }
+}
+
 #[test]
 fn retention_by_size_time_and_log_start() {
     let dir = tempfile::tempdir().expect("tempdir");
