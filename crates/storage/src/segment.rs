@@ -569,11 +569,18 @@ impl Segment {
     }
 
     /// Checks the indexes against the log (Kafka's `sanityCheck`).
+    /// Before the segment's next offset is known (at open) the time index
+    /// is checked for its shape only; [`Segment::time_index_within_log`]
+    /// checks its last entry against the log once it is.
     pub(crate) fn indexes_sane(&self) -> bool {
-        self.offset_index.sane(self.size())
-            && self
-                .time_index
-                .sane(self.next_offset() - 1 - self.base_offset)
+        self.offset_index.sane(self.size()) && self.time_index.sane(i64::from(u32::MAX))
+    }
+
+    /// Whether the time index names no offset past the segment's last
+    /// (call once the next offset is loaded).
+    pub(crate) fn time_index_within_log(&self) -> bool {
+        self.time_index
+            .sane(self.next_offset() - 1 - self.base_offset)
     }
 
     /// Removes every batch whose last offset is ≥ `offset`; returns the

@@ -109,6 +109,9 @@ impl Log {
                 if let Err(e) = seg.load_without_scan() {
                     tracing::warn!(error = %e, "segment does not match its indexes; scanning it");
                     rebuild = true;
+                } else if !seg.time_index_within_log() {
+                    tracing::warn!(path = %seg.log_path().display(), "time index names offsets past the segment; scanning it");
+                    rebuild = true;
                 }
             }
             if rebuild && !writable {
