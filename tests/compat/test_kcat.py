@@ -51,8 +51,8 @@ def records(seed):
 
 def batch_codecs(partition_dir):
     """The compression codecs of every v2 batch in the partition's segments,
-    and the number of records in them."""
-    codecs, count = set(), 0
+    the number of records in them, and the records per codec."""
+    codecs, count, per_codec = set(), 0, {}
     for seg in sorted(partition_dir.glob("*.log")):
         data = seg.read_bytes()
         pos = 0
@@ -63,10 +63,12 @@ def batch_codecs(partition_dir):
             magic = data[pos + 16]
             assert magic == 2, (seg, pos, magic)
             attrs = struct.unpack_from(">h", data, pos + 21)[0]
+            n = struct.unpack_from(">i", data, pos + 57)[0]
             codecs.add(attrs & 7)
-            count += struct.unpack_from(">i", data, pos + 57)[0]
+            count += n
+            per_codec[attrs & 7] = per_codec.get(attrs & 7, 0) + n
             pos += 12 + length
-    return codecs, count
+    return codecs, count, per_codec
 
 
 def test_metadata(kcat_server):
@@ -98,10 +100,14 @@ def test_roundtrip(kcat_server, tmp_path, codec):
     # only uses lz4 with brokers that offer FindCoordinator (its stand-in
     # for "Kafka 0.8.2 or later"), so until the group coordinator exists
     # the lz4 producer sends uncompressed batches.
-    codecs, count = batch_codecs(kcat_server.data_dir / f"{topic}-0")
+    codecs, count, per_codec = batch_codecs(kcat_server.data_dir / f"{topic}-0")
     lz4_withheld = codec == "lz4" and FIND_COORDINATOR not in wire.advertised(kcat_server)
     want = CODEC_IDS["none" if lz4_withheld else codec]
-    assert codecs == {want} and count == N, (codecs, count)
+    # librdkafka sends a batch uncompressed when compressing does not make it
+    # smaller (a few records when linger.ms expires on a loaded machine):
+    # allow those, but the codec must carry the bulk.
+    assert want in codecs and codecs <= {want, 0} and count == N, (codecs, count)
+    assert per_codec[want] >= N * 0.9, per_codec
 
     out = kcat(kcat_server, "-C", "-t", topic, "-e", "-o", "beginning",
                "-f", "%p|%o|%K|%k|%S|%s|%h\\n").stdout
@@ -132,7 +138,7 @@ def test_lz4_batches_read_by_kcat(kcat_server):
                headers=[(hk, hv.encode()) for hk, hv in HEADERS])
     p.flush(timeout=60)
     p.close()
-    codecs, count = batch_codecs(kcat_server.data_dir / f"{topic}-0")
+    codecs, count, _ = batch_codecs(kcat_server.data_dir / f"{topic}-0")
     assert codecs == {CODEC_IDS["lz4"]} and count == len(recs), (codecs, count)
     out = kcat(kcat_server, "-C", "-t", topic, "-e", "-o", "beginning",
                "-f", "%o|%k|%s|%h\\n").stdout
