@@ -72,22 +72,54 @@ fn invalid(msg: impl Into<String>) -> ProtocolError {
     ProtocolError::InvalidRecord(msg.into())
 }
 
-fn premature_eof() -> ProtocolError {
-    invalid("Incorrect declared batch size, premature EOF reached")
+const PREMATURE_EOF: &str = "Incorrect declared batch size, premature EOF reached";
+
+/// Why a read failed, kept to one byte so the per-field results of the
+/// walk stay in registers; turned into a [`ProtocolError`] once, at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bad {
+    /// The bytes ended (or the source failed: see [`RecordSource::take_error`]).
+    Eof,
+    VarintTooLong,
+    VarintRange,
+    VarlongTooLong,
+    VarlongRange,
+}
+
+impl Bad {
+    fn into_error<S: RecordSource>(self, src: &mut S) -> ProtocolError {
+        match self {
+            Bad::Eof => src.take_error().unwrap_or_else(|| invalid(PREMATURE_EOF)),
+            Bad::VarintTooLong => {
+                invalid("Varint is too long, the most significant bit in the 5th byte is set")
+            }
+            Bad::VarintRange => invalid("Varint is out of the int32 range"),
+            Bad::VarlongTooLong => {
+                invalid("Varlong is too long, most significant bit in the 10th byte is set")
+            }
+            Bad::VarlongRange => invalid("Varlong is out of the int64 range"),
+        }
+    }
 }
 
 /// Bytes the walker reads records from.
 pub trait RecordSource {
-    /// The next byte; an error at the end of the records.
-    fn byte(&mut self) -> Result<u8>;
-    /// Skips `n` bytes; an error when fewer remain.
-    fn skip(&mut self, n: usize) -> Result<()>;
+    /// The next byte; `None` at the end of the records (or on a failure of
+    /// the source, reported by [`RecordSource::take_error`]).
+    fn byte(&mut self) -> Option<u8>;
+    /// Skips `n` bytes; false when fewer remain (or the source failed).
+    fn skip(&mut self, n: usize) -> bool;
     /// Bytes consumed so far.
     fn position(&self) -> u64;
-    /// Whether every byte has been consumed.
-    fn at_end(&mut self) -> Result<bool>;
+    /// Whether every byte has been consumed (false also when the source
+    /// failed).
+    fn at_end(&mut self) -> bool;
     /// An upper bound of the bytes left, when the source knows it.
     fn remaining_hint(&self) -> Option<u64> {
+        None
+    }
+    /// The failure that ended the bytes early, if it was not their end.
+    fn take_error(&mut self) -> Option<ProtocolError> {
         None
     }
 }
@@ -106,31 +138,32 @@ impl<'a> SliceSource<'a> {
 }
 
 impl RecordSource for SliceSource<'_> {
-    #[inline]
-    fn byte(&mut self) -> Result<u8> {
-        let b = *self.buf.get(self.pos).ok_or_else(premature_eof)?;
+    #[inline(always)]
+    fn byte(&mut self) -> Option<u8> {
+        let b = *self.buf.get(self.pos)?;
         self.pos += 1;
-        Ok(b)
+        Some(b)
     }
 
-    #[inline]
-    fn skip(&mut self, n: usize) -> Result<()> {
+    #[inline(always)]
+    fn skip(&mut self, n: usize) -> bool {
         if n > self.buf.len() - self.pos {
-            return Err(premature_eof());
+            return false;
         }
         self.pos += n;
-        Ok(())
+        true
     }
 
-    #[inline]
+    #[inline(always)]
     fn position(&self) -> u64 {
         self.pos as u64
     }
 
-    fn at_end(&mut self) -> Result<bool> {
-        Ok(self.pos == self.buf.len())
+    fn at_end(&mut self) -> bool {
+        self.pos == self.buf.len()
     }
 
+    #[inline(always)]
     fn remaining_hint(&self) -> Option<u64> {
         Some((self.buf.len() - self.pos) as u64)
     }
@@ -147,6 +180,7 @@ pub struct StreamSource<'a> {
     end: usize,
     consumed: u64,
     eof: bool,
+    error: Option<ProtocolError>,
 }
 
 impl std::fmt::Debug for StreamSource<'_> {
@@ -154,6 +188,7 @@ impl std::fmt::Debug for StreamSource<'_> {
         f.debug_struct("StreamSource")
             .field("consumed", &self.consumed)
             .field("eof", &self.eof)
+            .field("error", &self.error)
             .finish_non_exhaustive()
     }
 }
@@ -167,48 +202,57 @@ impl<'a> StreamSource<'a> {
             end: 0,
             consumed: 0,
             eof: false,
+            error: None,
         }
     }
 
-    /// Refills an empty buffer; false at the end of the stream.
-    fn fill(&mut self) -> Result<bool> {
+    /// Refills an empty buffer; false at the end of the stream or on a
+    /// decompression error (kept for `take_error`).
+    #[cold]
+    fn fill(&mut self) -> bool {
         debug_assert_eq!(self.start, self.end);
         if self.eof {
-            return Ok(false);
+            return false;
         }
-        let n = self.dec.read(&mut self.buf)?;
-        self.start = 0;
-        self.end = n;
-        if n == 0 {
-            self.eof = true;
+        match self.dec.read(&mut self.buf) {
+            Ok(n) => {
+                self.start = 0;
+                self.end = n;
+                self.eof = n == 0;
+                n > 0
+            }
+            Err(e) => {
+                self.eof = true;
+                self.error = Some(e);
+                false
+            }
         }
-        Ok(n > 0)
     }
 }
 
 impl RecordSource for StreamSource<'_> {
-    #[inline]
-    fn byte(&mut self) -> Result<u8> {
-        if self.start == self.end && !self.fill()? {
-            return Err(premature_eof());
+    #[inline(always)]
+    fn byte(&mut self) -> Option<u8> {
+        if self.start == self.end && !self.fill() {
+            return None;
         }
         let b = self.buf[self.start];
         self.start += 1;
         self.consumed += 1;
-        Ok(b)
+        Some(b)
     }
 
-    fn skip(&mut self, mut n: usize) -> Result<()> {
+    fn skip(&mut self, mut n: usize) -> bool {
         loop {
             let here = n.min(self.end - self.start);
             self.start += here;
             self.consumed += here as u64;
             n -= here;
             if n == 0 {
-                return Ok(());
+                return true;
             }
-            if !self.fill()? {
-                return Err(premature_eof());
+            if !self.fill() {
+                return false;
             }
         }
     }
@@ -217,50 +261,85 @@ impl RecordSource for StreamSource<'_> {
         self.consumed
     }
 
-    fn at_end(&mut self) -> Result<bool> {
+    fn at_end(&mut self) -> bool {
         if self.start < self.end {
-            return Ok(false);
+            return false;
         }
-        Ok(!self.fill()?)
+        !self.fill() && self.error.is_none()
+    }
+
+    fn take_error(&mut self) -> Option<ProtocolError> {
+        self.error.take()
     }
 }
 
 /// A zig-zag varint of at most 5 bytes that fits an int32 (Kafka's
 /// `ByteUtils.readVarint`).
-#[inline]
-fn varint<S: RecordSource>(src: &mut S) -> Result<i32> {
-    let mut raw: u64 = 0;
-    for i in 0..5 {
-        let b = src.byte()?;
+#[inline(always)]
+fn varint<S: RecordSource>(src: &mut S) -> Result<i32, Bad> {
+    let b = src.byte().ok_or(Bad::Eof)?;
+    if b & 0x80 == 0 {
+        // The common case: one byte.
+        return Ok(i32::from(b >> 1) ^ -i32::from(b & 1));
+    }
+    let mut raw = u64::from(b & 0x7f);
+    for i in 1..5 {
+        let b = src.byte().ok_or(Bad::Eof)?;
         raw |= u64::from(b & 0x7f) << (7 * i);
         if b & 0x80 == 0 {
-            let raw =
-                u32::try_from(raw).map_err(|_| invalid("Varint is out of the int32 range"))?;
+            let raw = u32::try_from(raw).map_err(|_| Bad::VarintRange)?;
             return Ok(((raw >> 1) as i32) ^ -((raw & 1) as i32));
         }
     }
-    Err(invalid(
-        "Varint is too long, the most significant bit in the 5th byte is set",
-    ))
+    Err(Bad::VarintTooLong)
 }
 
 /// A zig-zag varlong of at most 10 bytes (Kafka's `ByteUtils.readVarlong`).
-#[inline]
-fn varlong<S: RecordSource>(src: &mut S) -> Result<i64> {
+#[inline(always)]
+fn varlong<S: RecordSource>(src: &mut S) -> Result<i64, Bad> {
     let mut raw: u64 = 0;
     for i in 0..10 {
-        let b = src.byte()?;
+        let b = src.byte().ok_or(Bad::Eof)?;
         if i == 9 && b > 1 {
-            return Err(invalid("Varlong is out of the int64 range"));
+            return Err(Bad::VarlongRange);
         }
         raw |= u64::from(b & 0x7f) << (7 * i);
         if b & 0x80 == 0 {
             return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
         }
     }
-    Err(invalid(
-        "Varlong is too long, most significant bit in the 10th byte is set",
-    ))
+    Err(Bad::VarlongTooLong)
+}
+
+/// Skips `n` bytes of a field that must end within the record (`left`
+/// bytes remain of it).
+#[inline(always)]
+fn skip_field<S: RecordSource>(src: &mut S, n: i32, left: u64, what: &str) -> Result<(), Fault> {
+    if n > 0 {
+        if n as u64 > left {
+            return Err(Fault::Invalid(format!(
+                "Found invalid record structure: {what} runs past the record"
+            )));
+        }
+        if !src.skip(n as usize) {
+            return Err(Fault::Read(Bad::Eof));
+        }
+    }
+    Ok(())
+}
+
+/// A walk failure: a read that failed, or a rule the record broke.
+enum Fault {
+    Read(Bad),
+    Invalid(String),
+    Source(ProtocolError),
+}
+
+impl From<Bad> for Fault {
+    #[inline(always)]
+    fn from(b: Bad) -> Self {
+        Fault::Read(b)
+    }
 }
 
 /// Walks exactly `count` records from `src` and checks that nothing follows.
@@ -269,26 +348,40 @@ fn varlong<S: RecordSource>(src: &mut S) -> Result<i64> {
 pub fn walk_records<S: RecordSource, F: FnMut(&RecordMeta)>(
     src: &mut S,
     count: usize,
-    mut visit: F,
+    visit: F,
 ) -> Result<WalkSummary> {
+    match walk_inner(src, count, visit) {
+        Ok(s) => Ok(s),
+        Err(Fault::Read(b)) => Err(b.into_error(src)),
+        Err(Fault::Invalid(m)) => Err(invalid(m)),
+        Err(Fault::Source(e)) => Err(e),
+    }
+}
+
+#[inline(always)]
+fn walk_inner<S: RecordSource, F: FnMut(&RecordMeta)>(
+    src: &mut S,
+    count: usize,
+    mut visit: F,
+) -> std::result::Result<WalkSummary, Fault> {
     // Every record takes at least 7 bytes: refuse counts the bytes cannot
     // hold before walking (a slice knows its size; a stream stops at its
     // decompression limit).
     if let Some(left) = src.remaining_hint() {
         if count as u64 > left / 7 {
-            return Err(premature_eof());
+            return Err(Fault::Read(Bad::Eof));
         }
     }
     for index in 0..count {
         let start = src.position();
         let len = varint(src)?;
         if len < 0 {
-            return Err(invalid(format!("Invalid record size {len}")));
+            return Err(Fault::Invalid(format!("Invalid record size {len}")));
         }
         let len = len as u64;
         if let Some(left) = src.remaining_hint() {
             if left < len {
-                return Err(invalid(format!(
+                return Err(Fault::Invalid(format!(
                     "Invalid record size: expected {len} bytes in record payload, but instead \
                      the buffer has only {left} remaining bytes."
                 )));
@@ -296,35 +389,21 @@ pub fn walk_records<S: RecordSource, F: FnMut(&RecordMeta)>(
         }
         let body = src.position();
         let left = |src: &S| len.saturating_sub(src.position() - body);
-        let attributes = src.byte()?;
+        let attributes = src.byte().ok_or(Bad::Eof)?;
         let timestamp_delta = varlong(src)?;
         let offset_delta = varint(src)?;
         let key_len = varint(src)?;
-        if key_len > 0 {
-            if key_len as u64 > left(src) {
-                return Err(invalid(
-                    "Found invalid record structure: key runs past the record",
-                ));
-            }
-            src.skip(key_len as usize)?;
-        }
+        skip_field(src, key_len, left(src), "key")?;
         let value_len = varint(src)?;
-        if value_len > 0 {
-            if value_len as u64 > left(src) {
-                return Err(invalid(
-                    "Found invalid record structure: value runs past the record",
-                ));
-            }
-            src.skip(value_len as usize)?;
-        }
+        skip_field(src, value_len, left(src), "value")?;
         let header_count = varint(src)?;
         if header_count < 0 {
-            return Err(invalid(format!(
+            return Err(Fault::Invalid(format!(
                 "Found invalid number of record headers {header_count}"
             )));
         }
         if header_count as u64 > left(src) {
-            return Err(invalid(format!(
+            return Err(Fault::Invalid(format!(
                 "Found invalid number of record headers. {header_count} is larger than the \
                  remaining size of the buffer"
             )));
@@ -332,33 +411,23 @@ pub fn walk_records<S: RecordSource, F: FnMut(&RecordMeta)>(
         for _ in 0..header_count {
             let klen = varint(src)?;
             if klen < 0 {
-                return Err(invalid(format!("Invalid negative header key size {klen}")));
+                return Err(Fault::Invalid(format!(
+                    "Invalid negative header key size {klen}"
+                )));
             }
-            if klen as u64 > left(src) {
-                return Err(invalid(
-                    "Found invalid record structure: header key runs past the record",
-                ));
-            }
-            src.skip(klen as usize)?;
+            skip_field(src, klen, left(src), "header key")?;
             let vlen = varint(src)?;
-            if vlen > 0 {
-                if vlen as u64 > left(src) {
-                    return Err(invalid(
-                        "Found invalid record structure: header value runs past the record",
-                    ));
-                }
-                src.skip(vlen as usize)?;
-            }
+            skip_field(src, vlen, left(src), "header value")?;
         }
         let read = src.position() - body;
         if read != len {
-            return Err(invalid(format!(
+            return Err(Fault::Invalid(format!(
                 "Invalid record size: expected to read {len} bytes in record payload, but \
                  instead read {read}"
             )));
         }
         if i64::from(offset_delta) != index as i64 {
-            return Err(invalid(format!(
+            return Err(Fault::Invalid(format!(
                 "Record {index} has offset delta {offset_delta}; the offset deltas of a batch \
                  must run from 0 to lastOffsetDelta"
             )));
@@ -374,10 +443,15 @@ pub fn walk_records<S: RecordSource, F: FnMut(&RecordMeta)>(
             size: (src.position() - start) as usize,
         });
     }
-    if !src.at_end()? {
-        return Err(invalid(
-            "Incorrect declared batch size, records still remaining in file",
-        ));
+    if !src.at_end() {
+        // A source that failed while looking for more bytes reports its
+        // own error.
+        return Err(match src.take_error() {
+            Some(e) => Fault::Source(e),
+            None => Fault::Invalid(
+                "Incorrect declared batch size, records still remaining in file".into(),
+            ),
+        });
     }
     Ok(WalkSummary {
         records: count,

@@ -85,18 +85,21 @@ pub(crate) fn validate(
     origin: AppendOrigin,
 ) -> Result<Validated> {
     let mut batches = analyze(records, config, tp, origin)?;
-    let mut rebuilt: Vec<Option<Vec<u8>>> = Vec::with_capacity(batches.len());
     let ctx = Ctx {
         config,
         now,
         tp,
         origin,
     };
-    for (pos, h) in &mut batches {
+    // Recompressed batches by index (no allocation when there are none).
+    let mut rebuilt: Vec<(usize, Vec<u8>)> = Vec::new();
+    for (i, (pos, h)) in batches.iter_mut().enumerate() {
         let bytes = &mut records[*pos..*pos + h.total_size()];
-        rebuilt.push(validate_batch(bytes, h, &ctx)?);
+        if let Some(b) = validate_batch(bytes, h, &ctx)? {
+            rebuilt.push((i, b));
+        }
     }
-    if rebuilt.iter().all(Option::is_none) {
+    if rebuilt.is_empty() {
         return Ok(Validated {
             batches,
             rebuilt: None,
@@ -104,10 +107,11 @@ pub(crate) fn validate(
     }
     let mut out = Vec::new();
     let mut positions = Vec::with_capacity(batches.len());
-    for ((pos, h), new) in batches.iter().zip(rebuilt) {
+    let mut rebuilt = rebuilt.into_iter().peekable();
+    for (i, (pos, h)) in batches.iter().enumerate() {
         let at = out.len();
-        match new {
-            Some(b) => {
+        match rebuilt.next_if(|(j, _)| *j == i) {
+            Some((_, b)) => {
                 let h = BatchHeader::parse(&b)?;
                 out.extend_from_slice(&b);
                 positions.push((at, h));
@@ -316,6 +320,10 @@ struct RecordChecks<'a> {
     ctx: &'a Ctx<'a>,
     compacted: bool,
     log_append_batch: bool,
+    /// CreateTime topic: record timestamps must lie in `[lowest, highest]`.
+    create_time: bool,
+    lowest: i64,
+    highest: i64,
     max_timestamp: i64,
     errors: Vec<RecordError>,
     total_errors: usize,
@@ -329,6 +337,13 @@ impl<'a> RecordChecks<'a> {
             ctx,
             compacted: ctx.config.cleanup_policy.compact,
             log_append_batch: header.timestamp_type() == BatchTimestampType::LogAppendTime,
+            create_time: ctx.config.message_timestamp_type == TimestampType::CreateTime,
+            lowest: ctx
+                .now
+                .saturating_sub(ctx.config.message_timestamp_before_max_ms),
+            highest: ctx
+                .now
+                .saturating_add(ctx.config.message_timestamp_after_max_ms),
             max_timestamp: -1,
             errors: Vec::new(),
             total_errors: 0,
@@ -362,9 +377,9 @@ impl<'a> RecordChecks<'a> {
         }
     }
 
+    /// Kafka's `validateKey` then `validateTimestamp`: the first error.
     #[inline]
     fn check(&self, m: &RecordMeta, ts: i64) -> Option<(RecordErrorKind, String)> {
-        let c = self.ctx.config;
         if self.compacted && !m.has_key() {
             return Some((
                 RecordErrorKind::InvalidRecord,
@@ -375,19 +390,15 @@ impl<'a> RecordChecks<'a> {
             ));
         }
         let offset = self.header.base_offset + i64::from(m.offset_delta);
-        if c.message_timestamp_type == TimestampType::CreateTime && ts != -1 {
-            let now = self.ctx.now;
-            let diff = now.saturating_sub(ts);
-            if diff > c.message_timestamp_before_max_ms
-                || diff.saturating_neg() > c.message_timestamp_after_max_ms
-            {
+        if self.create_time && ts != -1 {
+            // Kafka: now - ts > before.max.ms, or ts - now > after.max.ms.
+            if ts < self.lowest || ts > self.highest {
                 return Some((
                     RecordErrorKind::InvalidTimestamp,
                     format!(
                         "Timestamp {ts} of message with offset {offset} is out of range. The \
                          timestamp should be within [{}, {}]",
-                        now.saturating_sub(c.message_timestamp_before_max_ms),
-                        now.saturating_add(c.message_timestamp_after_max_ms)
+                        self.lowest, self.highest
                     ),
                 ));
             }
