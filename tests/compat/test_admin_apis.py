@@ -461,10 +461,10 @@ def test_incremental_alter_configs(server):
     one(incremental(server, "inc", ("cleanup.policy", AlterConfigOpType.SUBTRACT, "delete")))
     assert describe(server, "inc")["cleanup.policy"].value == "compact"
 
-    # A larger batch now fits the topic.
+    # A larger batch now fits the topic (keyed: the topic is compacted).
     p = Producer({"bootstrap.servers": server.bootstrap, "message.max.bytes": 3000000})
     errors = []
-    p.produce("inc", b"x" * 1_500_000, on_delivery=lambda e, m: errors.append(e))
+    p.produce("inc", b"x" * 1_500_000, key=b"k", on_delivery=lambda e, m: errors.append(e))
     assert p.flush(30) == 0 and errors == [None]
 
     f = incremental(server, "inc", ("retention.ms", AlterConfigOpType.APPEND, "1"))

@@ -36,6 +36,10 @@ pub enum ProtocolError {
         codec: &'static str,
         message: String,
     },
+    /// Decompressing a batch would produce more than the caller allows (a
+    /// decompression bomb, or a batch too large for the broker's bound).
+    #[error("{codec} records decompress to more than {limit} bytes")]
+    DecompressionLimit { codec: &'static str, limit: usize },
 }
 
 /// Result alias for this crate.

@@ -9,7 +9,14 @@
 //! - `append/plain_write`: `File::write_all` of the same buffer, i.e. one
 //!   `write(2)` per batch;
 //! - `append/crc32c_check_only`: just the CRC32C check of the batch, the
-//!   largest part of what an append adds to the write.
+//!   largest part of what an append adds to the write;
+//! - `append/record_walk_only`: just the walk over the batch's record
+//!   framing (count, lengths, offset deltas, keys), the other part;
+//! - `append/lz4_validated`: `append_as_leader` of the same records as an
+//!   lz4 batch (text-like values, about 3:1), whose records are validated
+//!   through the streaming decompressor;
+//! - `append/lz4_recompressed_to_zstd`: the lz4 batch into a topic with
+//!   `compression.type=zstd` (decompress, validate, recompress).
 //!
 //! Each criterion sample gets a new log (or file) that is deleted after it,
 //! so the folder never grows beyond one sample's bytes. Re-appending one
@@ -30,7 +37,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use sluice_protocol::record::{BatchBuilder, Compression, Record};
-use sluice_storage::{Clock, Log, LogConfig, LogOpenOptions, SystemClock, TopicPartition};
+use sluice_storage::{
+    Clock, Log, LogConfig, LogOpenOptions, SystemClock, TopicCompression, TopicPartition,
+};
 
 const RECORDS_PER_BATCH: usize = 16;
 const VALUE_BYTES: usize = 1024;
@@ -40,6 +49,34 @@ fn batch(now_ms: i64) -> Vec<u8> {
     let mut b = BatchBuilder::new(Compression::None, now_ms);
     for i in 0..RECORDS_PER_BATCH {
         let value = vec![b'v'.wrapping_add(i as u8); VALUE_BYTES];
+        b.push(Record::new(
+            Some(format!("key-{i}").into_bytes()),
+            Some(value),
+            now_ms,
+        ));
+    }
+    b.build(0).expect("build batch")
+}
+
+/// The same records with text-like values (words from a small vocabulary,
+/// compressing about 3:1), compressed with `codec`.
+fn text_batch(now_ms: i64, codec: Compression) -> Vec<u8> {
+    const WORDS: [&str; 16] = [
+        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
+        "juliett", "kilo", "lima", "mike", "november", "oscar", "papa",
+    ];
+    let mut x: u32 = 0x9e37_79b9;
+    let mut b = BatchBuilder::new(codec, now_ms);
+    for i in 0..RECORDS_PER_BATCH {
+        let mut value = Vec::with_capacity(VALUE_BYTES + 16);
+        while value.len() < VALUE_BYTES {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            value.extend_from_slice(WORDS[(x % 16) as usize].as_bytes());
+            value.extend_from_slice(format!(" {} ", x % 1000).as_bytes());
+        }
+        value.truncate(VALUE_BYTES);
         b.push(Record::new(
             Some(format!("key-{i}").into_bytes()),
             Some(value),
@@ -99,12 +136,23 @@ fn thread_cpu() -> (Duration, Duration) {
 /// Appends `iters` times to a new log under `root`; returns the time spent
 /// appending (opening, the first append and deleting the log are not timed).
 fn time_log_appends(root: &Path, sample: u64, buf: &mut [u8], iters: u64) -> Spent {
+    time_appends_with(root, sample, buf, iters, LogConfig::default())
+}
+
+/// [`time_log_appends`] into a log with `config`.
+fn time_appends_with(
+    root: &Path,
+    sample: u64,
+    buf: &mut [u8],
+    iters: u64,
+    config: LogConfig,
+) -> Spent {
     let dir = root.join(format!("bench-{sample}"));
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let log = Log::open(
         &dir,
         TopicPartition::new("bench", 0),
-        LogConfig::default(),
+        config,
         LogOpenOptions::default(),
         clock,
     )
@@ -167,6 +215,40 @@ fn bench_append(c: &mut Criterion) {
     // batch (Kafka's broker checks it on produce too).
     group.bench_function("crc32c_check_only", |b| {
         b.iter(|| sluice_protocol::record::batch::validate_crc(black_box(&plain)).expect("crc"));
+    });
+    // The other part: walking the record framing (no allocation).
+    let header = sluice_protocol::record::BatchHeader::parse(&plain).expect("header");
+    group.bench_function("record_walk_only", |b| {
+        b.iter(|| {
+            let mut keys = 0usize;
+            sluice_protocol::record::walk_batch(black_box(&plain), &header, 1 << 20, |m| {
+                keys += usize::from(m.has_key());
+            })
+            .expect("walk");
+            keys
+        });
+    });
+    let mut lz4 = text_batch(now, Compression::Lz4);
+    println!(
+        "append: lz4 batch of the same records with text values: {} bytes",
+        lz4.len()
+    );
+    group.throughput(Throughput::Bytes(lz4.len() as u64));
+    group.bench_function("lz4_validated", |b| {
+        b.iter_custom(|iters| {
+            sample += 1;
+            time_log_appends(root.path(), sample, &mut lz4, iters).wall
+        });
+    });
+    let zstd_topic = LogConfig {
+        compression_type: TopicCompression::Codec(Compression::Zstd),
+        ..LogConfig::default()
+    };
+    group.bench_function("lz4_recompressed_to_zstd", |b| {
+        b.iter_custom(|iters| {
+            sample += 1;
+            time_appends_with(root.path(), sample, &mut lz4, iters, zstd_topic.clone()).wall
+        });
     });
     group.finish();
     println!("append: batch of {RECORDS_PER_BATCH} records x {VALUE_BYTES} B values = {len} bytes");

@@ -1,7 +1,9 @@
 //! The storage crate's error type. Kafka error codes are chosen from these at
 //! the broker boundary (for example `Corrupt` → CORRUPT_MESSAGE,
-//! `RecordTooLarge` → MESSAGE_TOO_LARGE, `OffsetOutOfRange` →
-//! OFFSET_OUT_OF_RANGE, `Offline` → KAFKA_STORAGE_ERROR).
+//! `RecordTooLarge` → MESSAGE_TOO_LARGE, `InvalidRecord` → INVALID_RECORD,
+//! `RecordErrors` → INVALID_RECORD or INVALID_TIMESTAMP with per-record
+//! errors, `OffsetOutOfRange` → OFFSET_OUT_OF_RANGE, `Offline` →
+//! KAFKA_STORAGE_ERROR).
 
 use std::path::PathBuf;
 
@@ -16,9 +18,24 @@ pub enum StorageError {
     /// A batch is larger than the topic's `max.message.bytes`.
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     RecordTooLarge { size: usize, max: usize },
-    /// A batch's timestamp is outside the configured bounds.
-    #[error("invalid timestamp {timestamp}: {reason}")]
-    InvalidTimestamp { timestamp: i64, reason: String },
+    /// A batch Kafka's validator refuses as a whole (its
+    /// `InvalidRecordException`): offset range against record count, record
+    /// framing, base offset, control batches from clients; nothing was
+    /// appended.
+    #[error("{0}")]
+    InvalidRecord(String),
+    /// Records refused one by one (Kafka's `RecordValidationException`): a
+    /// keyless record in a compacted topic, a timestamp out of bounds. The
+    /// whole append fails; `errors` holds the first
+    /// [`MAX_RECORD_ERRORS`](crate::log::MAX_RECORD_ERRORS) of `total`.
+    #[error("{message}")]
+    RecordErrors {
+        kind: RecordErrorKind,
+        errors: Vec<RecordError>,
+        total: usize,
+        /// Kafka's summary, sent as the partition's `error_message`.
+        message: String,
+    },
     /// A read or truncation offset outside `[log start, log end]`.
     #[error("offset {offset} is out of range [{log_start}, {log_end}]")]
     OffsetOutOfRange {
@@ -54,6 +71,40 @@ pub enum StorageError {
     /// The log was closed or deleted while in use.
     #[error("log {0} is closed")]
     Closed(String),
+}
+
+/// Which Kafka error a [`StorageError::RecordErrors`] carries: any invalid
+/// timestamp makes it INVALID_TIMESTAMP, as in Kafka.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordErrorKind {
+    InvalidRecord,
+    InvalidTimestamp,
+}
+
+/// One refused record: its index in the batch and why (Kafka's
+/// `ProduceResponse.RecordError`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError {
+    pub batch_index: i32,
+    pub message: Option<String>,
+}
+
+impl std::fmt::Display for RecordError {
+    /// Kafka's `RecordError.toString`, which its summary message embeds.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.message {
+            Some(m) => write!(
+                f,
+                "RecordError(batchIndex={}, message='{m}')",
+                self.batch_index
+            ),
+            None => write!(
+                f,
+                "RecordError(batchIndex={}, message=null)",
+                self.batch_index
+            ),
+        }
+    }
 }
 
 /// Result alias for this crate.

@@ -27,8 +27,10 @@ pub mod segment;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{CleanupPolicy, LogConfig, TimestampType, TopicCompression};
-pub use error::{Result, StorageError};
-pub use log::{AppendInfo, Log, LogOpenOptions, OffsetSpec, ReadInfo, ReadLimit, TimestampOffset};
+pub use error::{RecordError, RecordErrorKind, Result, StorageError};
+pub use log::{
+    AppendInfo, AppendOrigin, Log, LogOpenOptions, OffsetSpec, ReadInfo, ReadLimit, TimestampOffset,
+};
 pub use manager::{LogManager, ManagerConfig};
 pub use segment::FileRegion;
 

@@ -42,7 +42,10 @@ fn undecodable_batches_and_records_are_skipped_and_the_rest_loads() {
         }],
     )
     .expect("append");
-    // A batch with a valid CRC whose records do not decode.
+    // A batch with a valid CRC whose records do not decode. Appends
+    // validate records now, so it is written as a valid batch and then
+    // damaged on disk, its CRC recomputed (data written by another tool or
+    // an older build).
     let mut b = BatchBuilder::new(Compression::None, now_ms());
     b.push(Record::new(
         Some(b"k".to_vec()),
@@ -51,13 +54,19 @@ fn undecodable_batches_and_records_are_skipped_and_the_rest_loads() {
     ));
     let mut bytes = b.build(0).expect("build");
     let n = bytes.len();
-    bytes[n - 5] = 0x40; // value length past the end of the record
-    let crc = sluice_protocol::record::batch::compute_crc(&bytes);
-    bytes[17..21].copy_from_slice(&crc.to_be_bytes());
-    assert!(decode_batch(&bytes, 1 << 20).is_err());
+    assert_eq!(log.segment_count(), 1);
+    let pos = log.size_in_bytes() as usize;
     log.append_as_leader(&mut bytes, 0).expect("append");
     append(&log, &commit_records("after", 7)).expect("append");
     broker.shutdown().expect("shutdown");
+    let segment = log.dir().join("00000000000000000000.log");
+    let mut file = std::fs::read(&segment).expect("read segment");
+    let stored = &mut file[pos..pos + n];
+    stored[n - 5] = 0x40; // value length past the end of the record
+    let crc = sluice_protocol::record::batch::compute_crc(stored);
+    stored[17..21].copy_from_slice(&crc.to_be_bytes());
+    assert!(decode_batch(stored, 1 << 20).is_err());
+    std::fs::write(&segment, &file).expect("write segment");
     drop((log, broker));
 
     let broker = open_broker(dir.path(), &overrides);

@@ -1,7 +1,8 @@
 //! The one place where broker and storage errors become Kafka error codes.
 
 use proto_kafka::ResponseError;
-use sluice_storage::StorageError;
+use sluice_protocol::ProtocolError;
+use sluice_storage::{RecordErrorKind, StorageError};
 
 use crate::broker::ApiError;
 use crate::error::BrokerError;
@@ -9,9 +10,18 @@ use crate::error::BrokerError;
 /// The Kafka error code for a storage failure on a partition.
 pub(crate) fn storage_error(e: &StorageError) -> ApiError {
     let code = match e {
+        // Records that decompress past the broker's bound: too large, as a
+        // batch over max.message.bytes is.
+        StorageError::Corrupt(ProtocolError::DecompressionLimit { .. }) => {
+            ResponseError::MessageTooLarge
+        }
         StorageError::Corrupt(_) => ResponseError::CorruptMessage,
         StorageError::RecordTooLarge { .. } => ResponseError::MessageTooLarge,
-        StorageError::InvalidTimestamp { .. } => ResponseError::InvalidTimestamp,
+        StorageError::InvalidRecord(_) => ResponseError::InvalidRecord,
+        StorageError::RecordErrors { kind, .. } => match kind {
+            RecordErrorKind::InvalidRecord => ResponseError::InvalidRecord,
+            RecordErrorKind::InvalidTimestamp => ResponseError::InvalidTimestamp,
+        },
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
         StorageError::Io { .. } | StorageError::Offline(_) | StorageError::BadFile { .. } => {
             tracing::error!(error = %e, "storage failure");

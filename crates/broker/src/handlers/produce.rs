@@ -1,20 +1,31 @@
 //! Produce (key 0): validate acks, find each partition (Produce never
 //! creates topics: Kafka creates them on Metadata requests only, so a
 //! missing topic gets UNKNOWN_TOPIC_OR_PARTITION; internal topics are
-//! refused), append the batch through storage (which checks it without
-//! decoding records), and answer per partition. On one node the leader is every
-//! replica, so acks=all is satisfied at append, unless
-//! `min.insync.replicas` asks for more replicas than exist. acks=0 gets no
-//! response.
+//! refused), check the records as Kafka's `ProduceRequest.validateRecords`
+//! does, append the batch through storage (which validates it as Kafka's
+//! `LogValidator`: record framing walked, not decoded), and answer per
+//! partition. On one node the leader is every replica, so acks=all is
+//! satisfied at append, unless `min.insync.replicas` asks for more replicas
+//! than exist. acks=0 gets no response.
+//!
+//! A failed partition is answered as Kafka's `ReplicaManager` does: per-record
+//! errors (keyless records in a compacted topic, timestamps out of bounds)
+//! carry `record_errors` and the summary `error_message` (v8+); other errors
+//! carry no message. The log start offset (v5+) is filled unless the error is
+//! one Kafka answers without append info (unknown partition, not leader,
+//! too large, corrupt, storage error, or a request-level check).
 
 use std::sync::Arc;
 
-use proto_kafka::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use proto_kafka::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use proto_kafka::messages::{ProduceRequest, ProduceResponse};
 use proto_kafka::protocol::StrBytes;
 use proto_kafka::ResponseError;
 use sluice_protocol::record::{BatchIter, Compression};
 use sluice_protocol::ProtocolError;
+use sluice_storage::{AppendOrigin, RecordError, StorageError};
 
 use super::errors::storage_error;
 use super::Ctx;
@@ -54,10 +65,12 @@ pub(crate) fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx) -> Ou
             pr.log_append_time_ms = -1;
             pr.log_start_offset = -1;
             let result = if !matches!(acks, -1..=1) {
-                Err(ApiError::code(ResponseError::InvalidRequiredAcks))
+                Err(Failure::request(ApiError::code(
+                    ResponseError::InvalidRequiredAcks,
+                )))
             } else {
                 match &topic {
-                    Err(e) => Err(e.clone()),
+                    Err(e) => Err(Failure::request(e.clone())),
                     Ok(_) => append(broker, &name, pd.index, pd.records, acks, ctx.version),
                 }
             };
@@ -69,13 +82,30 @@ pub(crate) fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx) -> Ou
                         pr.log_start_offset = info.log_start_offset;
                     }
                 }
-                Err(e) => {
+                Err(f) => {
+                    tracing::debug!(
+                        partition = %format!("{name}-{}", pd.index), error = ?f.error.code,
+                        message = f.error.message.as_deref().unwrap_or(""), "produce refused"
+                    );
                     if first_error.is_none() {
-                        first_error = Some(format!("{name}-{}: {:?}", pd.index, e.code));
+                        first_error = Some(format!("{name}-{}: {:?}", pd.index, f.error.code));
                     }
-                    pr.error_code = e.code.code();
+                    pr.error_code = f.error.code.code();
+                    if ctx.version >= 5 {
+                        pr.log_start_offset = f.log_start_offset;
+                    }
                     if ctx.version >= 8 {
-                        pr.error_message = e.message.map(StrBytes::from_string);
+                        pr.record_errors = f
+                            .record_errors
+                            .into_iter()
+                            .map(|r| {
+                                let mut e = BatchIndexAndErrorMessage::default();
+                                e.batch_index = r.batch_index;
+                                e.batch_index_error_message = r.message.map(StrBytes::from_string);
+                                e
+                            })
+                            .collect();
+                        pr.error_message = f.error_message.map(StrBytes::from_string);
                     }
                 }
             }
@@ -90,6 +120,51 @@ pub(crate) fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx) -> Ou
     }
 }
 
+/// How one partition failed, with what Kafka puts in its response.
+#[derive(Debug)]
+struct Failure {
+    /// The error code (and, for the broker's log, why).
+    error: ApiError,
+    /// The log start offset, or -1 where Kafka reports none.
+    log_start_offset: i64,
+    /// Per-record errors (v8+).
+    record_errors: Vec<RecordError>,
+    /// The partition's `error_message` (v8+): Kafka sends one only with
+    /// per-record errors.
+    error_message: Option<String>,
+}
+
+impl Failure {
+    /// A failure before the log was reached (Kafka answers these from
+    /// `KafkaApis` with a bare error code).
+    fn request(error: ApiError) -> Self {
+        Self {
+            error,
+            log_start_offset: -1,
+            record_errors: Vec::new(),
+            error_message: None,
+        }
+    }
+
+    /// A failure from the partition's log; `log_start_offset` is reported
+    /// unless Kafka answers this error without append info.
+    fn from_log(error: ApiError, log_start_offset: i64) -> Self {
+        let bare = matches!(
+            error.code,
+            ResponseError::UnknownTopicOrPartition
+                | ResponseError::NotLeaderOrFollower
+                | ResponseError::MessageTooLarge
+                | ResponseError::RecordListTooLarge
+                | ResponseError::CorruptMessage
+                | ResponseError::KafkaStorageError
+        );
+        Self {
+            log_start_offset: if bare { -1 } else { log_start_offset },
+            ..Self::request(error)
+        }
+    }
+}
+
 fn append(
     broker: &Broker,
     topic: &str,
@@ -97,26 +172,49 @@ fn append(
     records: Option<bytes::Bytes>,
     acks: i16,
     version: i16,
-) -> Result<sluice_storage::AppendInfo, ApiError> {
+) -> Result<sluice_storage::AppendInfo, Failure> {
     let log = broker
         .log(topic, partition)
-        .ok_or_else(|| ApiError::code(ResponseError::UnknownTopicOrPartition))?;
+        .ok_or_else(|| Failure::request(ApiError::code(ResponseError::UnknownTopicOrPartition)))?;
     let records = records.unwrap_or_default();
-    check_records(&records, version)?;
+    check_records(&records, version).map_err(Failure::request)?;
     let config = log.config();
     if acks == -1 && config.min_insync_replicas > 1 {
-        return Err(ApiError::new(
-            ResponseError::NotEnoughReplicas,
-            format!(
-                "min.insync.replicas is {} but the partition has 1 in-sync replica",
-                config.min_insync_replicas
+        return Err(Failure::from_log(
+            ApiError::new(
+                ResponseError::NotEnoughReplicas,
+                format!(
+                    "min.insync.replicas is {} but the partition has 1 in-sync replica",
+                    config.min_insync_replicas
+                ),
             ),
+            log.log_start_offset(),
         ));
     }
     let mut bytes = records.to_vec();
-    let info = log
-        .append_as_leader(&mut bytes, 0)
-        .map_err(|e| storage_error(&e))?;
+    let info = match log.append_as_leader_from(&mut bytes, 0, AppendOrigin::Client) {
+        Ok(info) => info,
+        Err(StorageError::RecordErrors {
+            kind,
+            errors,
+            total,
+            message,
+        }) => {
+            let e = StorageError::RecordErrors {
+                kind,
+                errors: Vec::new(),
+                total,
+                message: message.clone(),
+            };
+            return Err(Failure {
+                error: storage_error(&e),
+                log_start_offset: log.log_start_offset(),
+                record_errors: errors,
+                error_message: Some(message),
+            });
+        }
+        Err(e) => return Err(Failure::from_log(storage_error(&e), log.log_start_offset())),
+    };
     log.set_high_watermark(log.log_end_offset());
     broker.appended.notify_waiters();
     Ok(info)
@@ -162,4 +260,276 @@ fn check_records(records: &[u8], version: i16) -> Result<(), ApiError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use proto_kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use proto_kafka::messages::{ApiKey, TopicName};
+    use sluice_protocol::record::batch;
+    use sluice_protocol::record::codec::{assemble, encode_record, BatchFields, ProducerInfo};
+    use sluice_protocol::record::{BatchBuilder, Record};
+
+    use super::super::test_support::{ctx, open_broker, roundtrip};
+    use super::*;
+
+    fn now() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    }
+
+    /// Records `keys[i]` (None: keyless) at timestamps `ts[i]`.
+    fn batch_of(keys: &[Option<&str>], ts: &[i64]) -> Vec<u8> {
+        let mut b = BatchBuilder::new(Compression::None, ts[0]);
+        for (k, t) in keys.iter().zip(ts) {
+            b.push(Record::new(
+                k.map(|k| k.as_bytes().to_vec()),
+                Some(b"v".to_vec()),
+                *t,
+            ));
+        }
+        b.build(0).expect("build")
+    }
+
+    fn produce(broker: &Arc<Broker>, topic: &str, records: Vec<u8>, v: i16) -> ProduceResponse {
+        let mut pd = PartitionProduceData::default();
+        pd.index = 0;
+        pd.records = Some(records.into());
+        let mut td = TopicProduceData::default();
+        td.name = TopicName(StrBytes::from_string(topic.to_string()));
+        td.partition_data = vec![pd];
+        let mut req = ProduceRequest::default();
+        req.acks = -1;
+        req.timeout_ms = 1_000;
+        req.topic_data = vec![td];
+        match handle(broker, req, &ctx(ApiKey::Produce, v)) {
+            Outcome::Respond(r) => roundtrip(&r, v),
+            other => panic!("v{v}: {other:?}"),
+        }
+    }
+
+    /// The whole response for one partition of `topic`.
+    fn expect(topic: &str, p: PartitionProduceResponse) -> ProduceResponse {
+        let mut t = TopicProduceResponse::default();
+        t.name = TopicName(StrBytes::from_string(topic.to_string()));
+        t.partition_responses = vec![p];
+        let mut r = ProduceResponse::default();
+        r.responses = vec![t];
+        r
+    }
+
+    fn partition(
+        error: Option<ResponseError>,
+        base_offset: i64,
+        log_start: i64,
+        v: i16,
+    ) -> PartitionProduceResponse {
+        let mut p = PartitionProduceResponse::default();
+        p.index = 0;
+        p.error_code = error.map_or(0, |e| e.code());
+        p.base_offset = base_offset;
+        p.log_append_time_ms = -1;
+        p.log_start_offset = if v >= 5 { log_start } else { -1 };
+        p
+    }
+
+    fn record_errors(indexes: &[i32], message: &str) -> Vec<BatchIndexAndErrorMessage> {
+        indexes
+            .iter()
+            .map(|&i| {
+                let mut e = BatchIndexAndErrorMessage::default();
+                e.batch_index = i;
+                e.batch_index_error_message = Some(StrBytes::from_string(message.to_string()));
+                e
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keyless_records_in_a_compacted_topic_in_every_version() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(dir.path(), &[]);
+        for v in VERSIONS.0..=VERSIONS.1 {
+            let name = format!("compacted{v}");
+            broker
+                .create_topic(
+                    &name,
+                    1,
+                    1,
+                    &[("cleanup.policy".into(), "compact".into())],
+                    false,
+                )
+                .expect("create");
+            let t = now();
+            let resp = produce(
+                &broker,
+                &name,
+                batch_of(&[Some("a"), None, Some("b"), None], &[t; 4]),
+                v,
+            );
+            let msg = format!(
+                "Compacted topic cannot accept message without key in topic partition {name}-0"
+            );
+            let mut want = partition(Some(ResponseError::InvalidRecord), -1, 0, v);
+            if v >= 8 {
+                want.record_errors = record_errors(&[1, 3], &msg);
+                want.error_message = Some(StrBytes::from_string(format!(
+                    "One or more records have been rejected due to 2 record errors in total, and \
+                     only showing the first three errors at most: \
+                     [RecordError(batchIndex=1, message='{msg}'), \
+                     RecordError(batchIndex=3, message='{msg}')]"
+                )));
+            }
+            assert_eq!(resp, expect(&name, want), "v{v}");
+            let log = broker.log(&name, 0).expect("log");
+            assert_eq!(log.log_end_offset(), 0, "v{v}: nothing appended");
+
+            // Keys everywhere: appended.
+            let resp = produce(
+                &broker,
+                &name,
+                batch_of(&[Some("a"), Some("b")], &[t; 2]),
+                v,
+            );
+            assert_eq!(resp, expect(&name, partition(None, 0, 0, v)), "v{v}");
+            assert_eq!(log.log_end_offset(), 2);
+        }
+        broker.shutdown().expect("shutdown");
+    }
+
+    #[test]
+    fn timestamps_out_of_bounds_in_every_version() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(dir.path(), &[]);
+        for v in VERSIONS.0..=VERSIONS.1 {
+            let name = format!("ts{v}");
+            broker
+                .create_topic(
+                    &name,
+                    1,
+                    1,
+                    &[("message.timestamp.before.max.ms".into(), "60000".into())],
+                    false,
+                )
+                .expect("create");
+            // The first record is fine; the second is a day old.
+            let t = now();
+            let resp = produce(
+                &broker,
+                &name,
+                batch_of(&[Some("a"), Some("b")], &[t, t - 86_400_000]),
+                v,
+            );
+            let resp_p = &resp.responses[0].partition_responses[0];
+            let mut want = partition(Some(ResponseError::InvalidTimestamp), -1, 0, v);
+            if v >= 8 {
+                // The bounds in the message depend on the broker's clock.
+                let m = resp_p.record_errors[0]
+                    .batch_index_error_message
+                    .as_ref()
+                    .expect("message")
+                    .to_string();
+                assert!(
+                    m.starts_with(&format!(
+                        "Timestamp {} of message with offset 1 is out of range. The timestamp \
+                         should be within [",
+                        t - 86_400_000
+                    )),
+                    "{m}"
+                );
+                want.record_errors = record_errors(&[1], &m);
+                want.error_message = Some(StrBytes::from_static_str(
+                    "One or more records have been rejected due to invalid timestamp",
+                ));
+            }
+            assert_eq!(resp, expect(&name, want), "v{v}");
+            assert_eq!(broker.log(&name, 0).expect("log").log_end_offset(), 0);
+        }
+        broker.shutdown().expect("shutdown");
+    }
+
+    #[test]
+    fn corrupt_and_invalid_batches_carry_no_message() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(dir.path(), &[]);
+        broker
+            .create_topic("bad", 1, 1, &[], false)
+            .expect("create");
+        let t = now();
+        let good = batch_of(&[Some("a"), Some("b"), Some("c")], &[t; 3]);
+        let mut crc = good.clone();
+        let last = crc.len() - 1;
+        crc[last] ^= 0xff;
+        // Claims four records and holds three (count and offsets agree).
+        let mut payload = Vec::new();
+        for i in 0..3 {
+            let r = Record::new(Some(vec![b'k', i as u8]), Some(b"v".to_vec()), t);
+            encode_record(&mut payload, &r, i, 0);
+        }
+        let fields = BatchFields {
+            base_offset: 0,
+            partition_leader_epoch: -1,
+            attributes: 0,
+            last_offset_delta: 3,
+            base_timestamp: t,
+            max_timestamp: t,
+            producer: ProducerInfo::default(),
+            records_count: 4,
+        };
+        let more = assemble(&fields, Compression::None, &payload).expect("assemble");
+        let mut based = good.clone();
+        batch::set_base_offset(&mut based, 5);
+        for v in VERSIONS.0..=VERSIONS.1 {
+            let cases = [
+                (crc.clone(), Some(ResponseError::CorruptMessage), -1),
+                (more.clone(), Some(ResponseError::InvalidRecord), 0),
+                (based.clone(), Some(ResponseError::InvalidRecord), 0),
+                (
+                    good[..good.len() - 1].to_vec(),
+                    Some(ResponseError::InvalidRecord),
+                    -1,
+                ),
+            ];
+            for (i, (records, error, log_start)) in cases.into_iter().enumerate() {
+                let resp = produce(&broker, "bad", records, v);
+                assert_eq!(
+                    resp,
+                    expect("bad", partition(error, -1, log_start, v)),
+                    "v{v} case {i}"
+                );
+            }
+        }
+        assert_eq!(broker.log("bad", 0).expect("log").log_end_offset(), 0);
+        let resp = produce(&broker, "bad", good, 8);
+        assert_eq!(resp, expect("bad", partition(None, 0, 0, 8)));
+        broker.shutdown().expect("shutdown");
+    }
+
+    #[test]
+    fn not_enough_replicas_reports_the_log_start_offset_without_a_message() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(dir.path(), &[]);
+        broker
+            .create_topic(
+                "isr",
+                1,
+                1,
+                &[("min.insync.replicas".into(), "2".into())],
+                false,
+            )
+            .expect("create");
+        for v in VERSIONS.0..=VERSIONS.1 {
+            let resp = produce(&broker, "isr", batch_of(&[Some("a")], &[now()]), v);
+            assert_eq!(
+                resp,
+                expect(
+                    "isr",
+                    partition(Some(ResponseError::NotEnoughReplicas), -1, 0, v)
+                ),
+                "v{v}"
+            );
+        }
+        broker.shutdown().expect("shutdown");
+    }
 }

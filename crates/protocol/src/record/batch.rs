@@ -262,11 +262,32 @@ pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
 /// and recomputes the CRC, as Kafka's `DefaultRecordBatch.setMaxTimestamp`
 /// does. Readers take every record's timestamp from the max timestamp.
 pub fn set_log_append_time(batch: &mut [u8], timestamp: i64) {
-    let attrs = be_i16(batch, ATTRIBUTES_OFFSET) | TIMESTAMP_TYPE_FLAG;
+    set_max_timestamp(batch, TimestampType::LogAppendTime, timestamp);
+}
+
+/// Kafka's `DefaultRecordBatch.setMaxTimestamp`: writes the timestamp type
+/// and max timestamp and recomputes the CRC, unless both are already what
+/// they should be (then the batch is left untouched). Returns whether it
+/// changed anything.
+pub fn set_max_timestamp(batch: &mut [u8], ts_type: TimestampType, timestamp: i64) -> bool {
+    let attrs = be_i16(batch, ATTRIBUTES_OFFSET);
+    let current = if attrs & TIMESTAMP_TYPE_FLAG != 0 {
+        TimestampType::LogAppendTime
+    } else {
+        TimestampType::CreateTime
+    };
+    if current == ts_type && be_i64(batch, MAX_TIMESTAMP_OFFSET) == timestamp {
+        return false;
+    }
+    let attrs = match ts_type {
+        TimestampType::LogAppendTime => attrs | TIMESTAMP_TYPE_FLAG,
+        TimestampType::CreateTime => attrs & !TIMESTAMP_TYPE_FLAG,
+    };
     batch[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attrs.to_be_bytes());
     batch[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8].copy_from_slice(&timestamp.to_be_bytes());
     let crc = compute_crc(batch);
     batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    true
 }
 
 /// Iterates over complete batches in a buffer of concatenated batches,
@@ -380,6 +401,29 @@ mod tests {
         let h = validate_crc(&batch).expect("valid after recompute");
         assert_eq!(h.max_timestamp, 99_999);
         assert_eq!(h.timestamp_type(), TimestampType::LogAppendTime);
+    }
+
+    #[test]
+    fn max_timestamp_is_set_only_when_it_changes() {
+        let mut batch = sample();
+        assert!(!set_max_timestamp(
+            &mut batch,
+            TimestampType::CreateTime,
+            1_005
+        ));
+        assert_eq!(batch, sample());
+        assert!(set_max_timestamp(
+            &mut batch,
+            TimestampType::CreateTime,
+            2_000
+        ));
+        let h = validate_crc(&batch).expect("valid after recompute");
+        assert_eq!(h.max_timestamp, 2_000);
+        assert_eq!(h.timestamp_type(), TimestampType::CreateTime);
+        set_log_append_time(&mut batch, 5);
+        assert!(set_max_timestamp(&mut batch, TimestampType::CreateTime, 5));
+        let h = validate_crc(&batch).expect("valid");
+        assert_eq!(h.timestamp_type(), TimestampType::CreateTime);
     }
 
     #[test]

@@ -124,69 +124,197 @@ impl Compression {
     /// Decompresses `data`, refusing to produce more than `limit` bytes (a
     /// guard against decompression bombs).
     pub fn decompress(self, data: &[u8], limit: usize) -> Result<Vec<u8>> {
-        let too_big = || self.err(format!("decompressed size exceeds {limit} bytes"));
-        let read_limited = |r: &mut dyn Read| -> Result<Vec<u8>> {
-            let mut out = Vec::new();
-            let n = r
-                .take((limit as u64).saturating_add(1))
-                .read_to_end(&mut out)
-                .map_err(|e| self.err(e))?;
-            if n > limit {
-                return Err(too_big());
+        let mut dec = self.decompressor(data, limit)?;
+        let mut out = Vec::new();
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            let n = dec.read(&mut chunk)?;
+            if n == 0 {
+                return Ok(out);
             }
-            Ok(out)
-        };
-        match self {
-            Self::None => {
-                if data.len() > limit {
-                    return Err(too_big());
-                }
-                Ok(data.to_vec())
-            }
-            Self::Gzip => read_limited(&mut flate2::read::GzDecoder::new(data)),
-            Self::Lz4 => read_limited(&mut lz4_flex::frame::FrameDecoder::new(data)),
-            Self::Zstd => {
-                let mut src = data;
-                let mut dec =
-                    ruzstd::decoding::StreamingDecoder::new(&mut src).map_err(|e| self.err(e))?;
-                read_limited(&mut dec)
-            }
-            Self::Snappy => self.snappy_decompress(data, limit),
+            out.extend_from_slice(&chunk[..n]);
         }
     }
 
-    fn snappy_decompress(self, data: &[u8], limit: usize) -> Result<Vec<u8>> {
-        let mut dec = snap::raw::Decoder::new();
-        let mut raw_block = |block: &[u8], out: &mut Vec<u8>| -> Result<()> {
-            let n = snap::raw::decompress_len(block).map_err(|e| self.err(e))?;
-            if out.len() + n > limit {
-                return Err(self.err(format!("decompressed size exceeds {limit} bytes")));
-            }
-            let at = out.len();
-            out.resize(at + n, 0);
-            dec.decompress(block, &mut out[at..])
-                .map_err(|e| self.err(e))?;
-            Ok(())
+    /// A streaming reader of the decompressed `data` that fails with
+    /// [`ProtocolError::DecompressionLimit`] once it has produced more than
+    /// `limit` bytes. Memory stays bounded by the codec's own state (gzip:
+    /// its 32 KiB window; lz4: one frame block, at most 4 MiB; zstd: the
+    /// frame's window, at most 128 MiB and never more than what was
+    /// decoded) and, for snappy, one block at a time (a raw snappy block,
+    /// as librdkafka writes it, is the whole payload) whose announced size
+    /// is checked against `limit` before anything is allocated.
+    pub fn decompressor(self, data: &[u8], limit: usize) -> Result<Decompressor<'_>> {
+        let inner = match self {
+            Self::None => Inner::None(data),
+            Self::Gzip => Inner::Gzip(Box::new(flate2::read::GzDecoder::new(data))),
+            Self::Lz4 => Inner::Lz4(Box::new(lz4_flex::frame::FrameDecoder::new(data))),
+            Self::Zstd => Inner::Zstd(Box::new(
+                ruzstd::decoding::StreamingDecoder::new(data).map_err(|e| self.err(e))?,
+            )),
+            Self::Snappy => Inner::Snappy(SnappyBlocks::new(data)),
         };
-        let mut out = Vec::new();
-        if data.len() >= XERIAL_HEADER_LEN && data[..8] == XERIAL_MAGIC {
-            let mut rest = &data[XERIAL_HEADER_LEN..];
-            while !rest.is_empty() {
-                if rest.len() < 4 {
-                    return Err(self.err("truncated xerial block length"));
-                }
-                let len = i32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
-                let len = usize::try_from(len).map_err(|e| self.err(e))?;
-                if rest.len() < 4 + len {
-                    return Err(self.err("truncated xerial block"));
-                }
-                raw_block(&rest[4..4 + len], &mut out)?;
-                rest = &rest[4 + len..];
+        Ok(Decompressor {
+            codec: self,
+            inner,
+            produced: 0,
+            limit,
+        })
+    }
+}
+
+/// A streaming decompressor with an output limit; see
+/// [`Compression::decompressor`].
+pub struct Decompressor<'a> {
+    codec: Compression,
+    inner: Inner<'a>,
+    produced: usize,
+    limit: usize,
+}
+
+enum Inner<'a> {
+    None(&'a [u8]),
+    Gzip(Box<flate2::read::GzDecoder<&'a [u8]>>),
+    Lz4(Box<lz4_flex::frame::FrameDecoder<&'a [u8]>>),
+    Zstd(Box<ruzstd::decoding::StreamingDecoder<&'a [u8], ruzstd::decoding::FrameDecoder>>),
+    Snappy(SnappyBlocks<'a>),
+}
+
+impl std::fmt::Debug for Decompressor<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decompressor")
+            .field("codec", &self.codec)
+            .field("produced", &self.produced)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Decompressor<'_> {
+    /// Bytes produced so far.
+    pub fn produced(&self) -> usize {
+        self.produced
+    }
+
+    /// Reads decompressed bytes into `buf`; 0 at the end of the stream.
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let codec = self.codec;
+        let room = self.limit - self.produced;
+        let n = match &mut self.inner {
+            Inner::None(rest) => {
+                let n = buf.len().min(rest.len());
+                buf[..n].copy_from_slice(&rest[..n]);
+                *rest = &rest[n..];
+                n
             }
-        } else {
-            raw_block(data, &mut out)?;
+            Inner::Gzip(r) => read_retrying(r.as_mut(), buf).map_err(|e| codec.err(e))?,
+            Inner::Lz4(r) => read_retrying(r.as_mut(), buf).map_err(|e| codec.err(e))?,
+            Inner::Zstd(r) => read_retrying(r.as_mut(), buf).map_err(|e| codec.err(e))?,
+            Inner::Snappy(s) => s.read(buf, room).map_err(|e| match e {
+                SnappyError::TooBig => self.too_big(),
+                SnappyError::Other(m) => codec.err(m),
+            })?,
+        };
+        if n > room {
+            return Err(self.too_big());
         }
-        Ok(out)
+        self.produced += n;
+        Ok(n)
+    }
+
+    fn too_big(&self) -> ProtocolError {
+        ProtocolError::DecompressionLimit {
+            codec: self.codec.name(),
+            limit: self.limit,
+        }
+    }
+}
+
+fn read_retrying(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match r.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+enum SnappyError {
+    TooBig,
+    Other(String),
+}
+
+/// Snappy payloads block by block: xerial framing (a 16-byte header, then
+/// `length: int32, raw block` pairs) or one raw block.
+struct SnappyBlocks<'a> {
+    rest: &'a [u8],
+    xerial: bool,
+    block: Vec<u8>,
+    pos: usize,
+    dec: snap::raw::Decoder,
+}
+
+impl<'a> SnappyBlocks<'a> {
+    fn new(data: &'a [u8]) -> Self {
+        let xerial = data.len() >= XERIAL_HEADER_LEN && data[..8] == XERIAL_MAGIC;
+        Self {
+            rest: if xerial {
+                &data[XERIAL_HEADER_LEN..]
+            } else {
+                data
+            },
+            xerial,
+            block: Vec::new(),
+            pos: 0,
+            dec: snap::raw::Decoder::new(),
+        }
+    }
+
+    /// Decodes the next block; false when none is left. `room` is what
+    /// the output limit still allows.
+    fn next_block(&mut self, room: usize) -> Result<bool, SnappyError> {
+        if self.rest.is_empty() {
+            return Ok(false);
+        }
+        let raw = if self.xerial {
+            if self.rest.len() < 4 {
+                return Err(SnappyError::Other("truncated xerial block length".into()));
+            }
+            let len = i32::from_be_bytes([self.rest[0], self.rest[1], self.rest[2], self.rest[3]]);
+            let len = usize::try_from(len)
+                .map_err(|_| SnappyError::Other(format!("negative xerial block length {len}")))?;
+            if self.rest.len() - 4 < len {
+                return Err(SnappyError::Other("truncated xerial block".into()));
+            }
+            let raw = &self.rest[4..4 + len];
+            self.rest = &self.rest[4 + len..];
+            raw
+        } else {
+            std::mem::take(&mut self.rest)
+        };
+        let n = snap::raw::decompress_len(raw).map_err(|e| SnappyError::Other(e.to_string()))?;
+        if n > room {
+            return Err(SnappyError::TooBig);
+        }
+        self.block.clear();
+        self.block.resize(n, 0);
+        self.dec
+            .decompress(raw, &mut self.block)
+            .map_err(|e| SnappyError::Other(e.to_string()))?;
+        self.pos = 0;
+        Ok(true)
+    }
+
+    fn read(&mut self, buf: &mut [u8], room: usize) -> Result<usize, SnappyError> {
+        while self.pos == self.block.len() {
+            if !self.next_block(room)? {
+                return Ok(0);
+            }
+        }
+        let n = buf.len().min(self.block.len() - self.pos);
+        buf[..n].copy_from_slice(&self.block[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
     }
 }
 

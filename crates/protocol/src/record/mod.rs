@@ -7,12 +7,17 @@
 //!   the few paths that need keys or exact timestamps (compaction, lookup by
 //!   timestamp) and building new batches (compaction output, tests, clients).
 //! - [`compression`]: gzip, snappy (raw and xerial framing), lz4 (frame) and
-//!   zstd, selected by the low three attribute bits as in Kafka.
+//!   zstd, selected by the low three attribute bits as in Kafka, and a
+//!   streaming decompressor with an output limit.
+//! - [`walk`]: the allocation-free walk over a batch's record framing
+//!   (counts, lengths, offset deltas) that the produce path validates with.
 
 pub mod batch;
 pub mod codec;
 pub mod compression;
+pub mod walk;
 
 pub use batch::{BatchHeader, BatchIter, TimestampType};
 pub use codec::{BatchBuilder, Header, Record};
-pub use compression::Compression;
+pub use compression::{Compression, Decompressor};
+pub use walk::{walk_batch, RecordMeta, WalkSummary};

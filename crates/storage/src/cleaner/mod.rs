@@ -16,16 +16,26 @@
 //!    Original offsets are kept; batches that lose records are rebuilt with
 //!    the same codec; untouched batches are copied byte for byte.
 //! 4. Swap each group in atomically (see [`rewrite`]).
+//!
+//! A batch the cleaner cannot read (CRC mismatch, records that do not
+//! decode or decompress) is kept exactly as it is and reported (a warning
+//! with partition, offset and reason; counted in
+//! [`CleanStats::batches_skipped`]); its keys do not enter the offset map,
+//! so it never causes another record to be dropped. A segment whose batch
+//! headers cannot be walked stops the offset map before it and leaves its
+//! group uncleaned. Data the cleaner cannot read is never dropped.
 
 mod rewrite;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sluice_protocol::record::codec::decode_batch;
+use sluice_protocol::record::batch::{validate_crc, BatchHeader};
+use sluice_protocol::record::codec::{decode_batch, DecodedBatch};
 
+use crate::config::LogConfig;
 use crate::error::Result;
-use crate::log::Log;
+use crate::log::{decompression_limit, Log};
 use crate::segment::{decode_limit, Segment};
 
 pub use rewrite::CrashPoint;
@@ -84,6 +94,22 @@ pub struct CleanStats {
     pub tombstones_removed: u64,
     pub segments_before: usize,
     pub segments_after: usize,
+    /// Batches kept as they were because they could not be read.
+    pub batches_skipped: u64,
+    /// Segment groups left uncleaned because a batch header in them could
+    /// not be read.
+    pub groups_skipped: u64,
+}
+
+/// Checks the CRC and decodes one stored batch; the error is the reason
+/// the cleaner gives when it keeps the batch unread.
+pub(crate) fn read_batch(
+    bytes: &[u8],
+    h: &BatchHeader,
+    config: &LogConfig,
+) -> std::result::Result<DecodedBatch, sluice_protocol::ProtocolError> {
+    validate_crc(bytes)?;
+    decode_batch(bytes, decode_limit(h).max(decompression_limit(config)))
 }
 
 /// The cleanable range of `log` given the first dirty offset, or `None` when
@@ -188,18 +214,40 @@ fn build_offset_map(
         .filter(|s| s.next_offset() > range.first_dirty && s.base_offset < range.end)
         .cloned()
         .collect();
+    let config = log.config();
     let mut map: HashMap<Vec<u8>, i64> = HashMap::new();
     let mut used = 0usize;
     for (i, seg) in segs.iter().enumerate() {
         if i > 0 && used >= budget {
             return Ok((map, seg.base_offset));
         }
-        for (pos, h) in seg.batch_headers()? {
+        let headers = match seg.batch_headers() {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(
+                    partition = %log.topic_partition(), segment = seg.base_offset, error = %e,
+                    "cleaner cannot walk this segment's batches; cleaning stops before it"
+                );
+                return Ok((map, seg.base_offset.max(range.first_dirty)));
+            }
+        };
+        for (pos, h) in headers {
             if h.is_control() || h.last_offset() < range.first_dirty {
                 continue;
             }
             let bytes = seg.batch_bytes(pos, &h)?;
-            for r in decode_batch(&bytes, decode_limit(&h))?.records {
+            let decoded = match read_batch(&bytes, &h, &config) {
+                Ok(d) => d,
+                Err(e) => {
+                    // Reported (and counted) by the rewrite, which keeps it.
+                    tracing::debug!(
+                        partition = %log.topic_partition(), offset = h.base_offset, error = %e,
+                        "unreadable batch left out of the offset map"
+                    );
+                    continue;
+                }
+            };
+            for r in decoded.records {
                 if r.record.offset < range.first_dirty {
                     continue;
                 }

@@ -17,14 +17,15 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
 
-use sluice_protocol::record::batch::HEADER_LEN;
-use sluice_protocol::record::codec::{assemble, decode_batch, BatchFields, ProducerInfo};
+use sluice_protocol::record::batch::{validate_crc, HEADER_LEN};
+use sluice_protocol::record::codec::{assemble, BatchFields, ProducerInfo};
 
-use super::{CleanStats, Cleanable, CleanerConfig};
+use super::{read_batch, CleanStats, Cleanable, CleanerConfig};
 use crate::checkpoint::sync_dir;
+use crate::config::LogConfig;
 use crate::error::{IoContext, Result, StorageError};
 use crate::log::Log;
-use crate::segment::{decode_limit, segment_path, Segment, LOG_SUFFIX};
+use crate::segment::{segment_path, Segment, LOG_SUFFIX};
 
 /// Where a simulated crash stops a clean (tests only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,20 +70,48 @@ pub(super) fn clean_segments(
         ..CleanStats::default()
     };
     for group in group_segments(&sources, log_config.segment_bytes) {
+        let Some(headers) = group_headers(log, &group) else {
+            stats.groups_skipped += 1;
+            continue;
+        };
+        let before = stats.clone();
         stats.bytes_before += group.iter().map(|s| s.size()).sum::<u64>();
         let base = group[0].base_offset;
         let cleaned = segment_path(log.dir(), base, LOG_SUFFIX, crate::log::CLEANED);
         let mut out = std::io::BufWriter::new(std::fs::File::create(&cleaned).at(&cleaned)?);
         let mut written = 0u64;
-        for seg in &group {
-            for (pos, h) in seg.batch_headers()? {
+        let mut crc_failure = None;
+        'segs: for (seg, headers) in group.iter().zip(headers) {
+            for (pos, h) in headers {
                 let bytes = seg.batch_bytes(pos, &h)?;
-                let kept = filter_batch(&bytes, map, delete_horizon, &mut stats)?;
+                // A batch whose CRC fails cannot go into the cleaned segment
+                // (opening it would cut the segment there): the whole group
+                // stays as it is.
+                if let Err(e) = validate_crc(&bytes) {
+                    crc_failure = Some((h, e));
+                    break 'segs;
+                }
+                let kept = filter_batch(log, &log_config, &bytes, map, delete_horizon, &mut stats)?;
                 if let Some(kept) = kept {
                     out.write_all(&kept).at(&cleaned)?;
                     written += kept.len() as u64;
                 }
             }
+        }
+        if let Some((h, e)) = crc_failure {
+            drop(out);
+            std::fs::remove_file(&cleaned).at(&cleaned)?;
+            tracing::warn!(
+                partition = %log.topic_partition(), offset = h.base_offset,
+                last_offset = h.last_offset(), reason = %e,
+                "cleaner skipped a batch it cannot read (CRC); its segment group is kept as it is"
+            );
+            stats = CleanStats {
+                batches_skipped: before.batches_skipped + 1,
+                groups_skipped: before.groups_skipped + 1,
+                ..before
+            };
+            continue;
         }
         let file = out.into_inner().map_err(|e| StorageError::Io {
             path: cleaned.clone(),
@@ -114,9 +143,32 @@ pub(super) fn clean_segments(
         partition = %log.topic_partition(),
         first_dirty = stats.first_dirty, end = stats.end,
         bytes_before = stats.bytes_before, bytes_after = stats.bytes_after,
-        removed = stats.records_removed, "cleaned log"
+        removed = stats.records_removed, skipped_batches = stats.batches_skipped,
+        skipped_groups = stats.groups_skipped, "cleaned log"
     );
     Ok(stats)
+}
+
+/// The batch headers of every segment of a group, or `None` (reported)
+/// when one segment's batches cannot be walked: that group stays as it is.
+fn group_headers(
+    log: &Log,
+    group: &[Arc<Segment>],
+) -> Option<Vec<Vec<(u64, sluice_protocol::record::BatchHeader)>>> {
+    let mut out = Vec::with_capacity(group.len());
+    for seg in group {
+        match seg.batch_headers() {
+            Ok(h) => out.push(h),
+            Err(e) => {
+                tracing::warn!(
+                    partition = %log.topic_partition(), segment = seg.base_offset, error = %e,
+                    "cleaner cannot walk this segment's batches; its group is left uncleaned"
+                );
+                return None;
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Contiguous groups that fit one segment and 32-bit relative offsets.
@@ -143,8 +195,11 @@ fn group_segments(segs: &[Arc<Segment>], max_bytes: u64) -> Vec<Vec<Arc<Segment>
 
 /// The retained part of one batch: the same bytes when every record stays,
 /// a rebuilt batch (same base offset, last offset delta and codec) when
-/// some go, `None` when all go.
+/// some go, `None` when all go. A batch that cannot be read is kept as it
+/// is and reported.
 fn filter_batch(
+    log: &Log,
+    config: &LogConfig,
     bytes: &[u8],
     map: &HashMap<Vec<u8>, i64>,
     delete_horizon: i64,
@@ -154,7 +209,18 @@ fn filter_batch(
     if h.is_control() {
         return Ok(Some(bytes.to_vec()));
     }
-    let decoded = decode_batch(bytes, decode_limit(&h))?;
+    let decoded = match read_batch(bytes, &h, config) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(
+                partition = %log.topic_partition(), offset = h.base_offset,
+                last_offset = h.last_offset(), reason = %e,
+                "cleaner skipped a batch it cannot read; kept as it is"
+            );
+            stats.batches_skipped += 1;
+            return Ok(Some(bytes.to_vec()));
+        }
+    };
     let total = decoded.records.len();
     stats.records_read += total as u64;
     let mut kept_raw = Vec::with_capacity(decoded.payload.len());

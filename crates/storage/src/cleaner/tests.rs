@@ -308,3 +308,196 @@ fn max_compaction_lag_forces_a_clean_below_the_dirty_ratio() {
     // Nothing overdue any more.
     assert_eq!(max_compaction_delay(&log, stats2.end, clock.now_ms()), 0);
 }
+
+/// The `.log` files of the partition, oldest first.
+fn segment_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("ls")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every record of every batch that decodes; the raw bytes of those that do not.
+fn read_tolerant(log: &Log) -> (Writes, Vec<Vec<u8>>) {
+    let mut good = Vec::new();
+    let mut bad = Vec::new();
+    let mut next = log.log_start_offset();
+    while next < log.log_end_offset() {
+        let r = log
+            .read(next, 1 << 24, ReadLimit::LogEnd, true)
+            .expect("read");
+        let bytes = r.region.expect("region").read_to_vec().expect("bytes");
+        for b in BatchIter::new(&bytes) {
+            let (_, h, raw) = b.expect("batch header");
+            next = h.last_offset() + 1;
+            match decode_batch(raw, 1 << 24) {
+                Ok(d) if sluice_protocol::record::batch::validate_crc(raw).is_ok() => {
+                    for r in d.records {
+                        good.push((
+                            r.record.offset,
+                            String::from_utf8(r.record.key.expect("key")).expect("utf8"),
+                            r.record.value.map(|v| String::from_utf8(v).expect("utf8")),
+                        ));
+                    }
+                }
+                _ => bad.push(raw.to_vec()),
+            }
+        }
+    }
+    (good, bad)
+}
+
+#[test]
+fn an_undecodable_batch_is_kept_as_it_is_and_the_rest_compacted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let log = open(dir.path(), &clock);
+    let mut writes = write_versions(&log, 6, 12, T0);
+    let at = log.log_end_offset();
+    log.close().expect("close");
+    drop(log);
+    // A batch with a valid CRC whose records do not decode (it claims three
+    // records and holds two), written straight into the last segment: the
+    // produce path would refuse it, recovery only checks the CRC.
+    let mut b = BatchBuilder::new(Compression::None, T0);
+    b.push(Record::new(
+        Some(b"k0".to_vec()),
+        Some(b"lost?".to_vec()),
+        T0,
+    ));
+    b.push(Record::new(
+        Some(b"k1".to_vec()),
+        Some(b"lost?".to_vec()),
+        T0,
+    ));
+    let mut bad = b.build(at).expect("build");
+    bad[23..27].copy_from_slice(&2i32.to_be_bytes()); // lastOffsetDelta
+    bad[57..61].copy_from_slice(&3i32.to_be_bytes()); // recordsCount
+    let crc = sluice_protocol::record::batch::compute_crc(&bad);
+    bad[17..21].copy_from_slice(&crc.to_be_bytes());
+    let last = segment_files(dir.path()).pop().expect("a segment");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&last)
+        .expect("open segment");
+    std::io::Write::write_all(&mut f, &bad).expect("write");
+    drop(f);
+
+    let log = open(dir.path(), &clock);
+    assert_eq!(
+        log.log_end_offset(),
+        at + 3,
+        "recovery keeps a CRC-valid batch"
+    );
+    for (o, k, v) in write_versions(&log, 6, 12, T0) {
+        writes.push((o, k, v));
+    }
+    log.roll().expect("roll");
+    log.set_high_watermark(log.log_end_offset());
+    let stats = clean(&log, 0, &CleanerConfig::default())
+        .expect("the pass survives the bad batch")
+        .expect("cleaned");
+    assert_eq!(stats.batches_skipped, 1);
+    assert_eq!(stats.groups_skipped, 0);
+    assert!(stats.records_removed > 0);
+    assert_eq!(stats.end, log.log_end_offset());
+    let (good, kept) = read_tolerant(&log);
+    assert_eq!(kept, vec![bad.clone()], "kept byte for byte");
+    assert_eq!(good, expected(&writes, stats.end, false));
+    // And again after a reopen, and on the next pass.
+    drop(log);
+    let log = open(dir.path(), &clock);
+    log.set_high_watermark(log.log_end_offset());
+    clean(&log, 0, &CleanerConfig::default())
+        .expect("second pass")
+        .expect("cleaned");
+    let (good, kept) = read_tolerant(&log);
+    assert_eq!(kept, vec![bad]);
+    assert_eq!(good, expected(&writes, stats.end, false));
+}
+
+#[test]
+fn a_batch_with_a_bad_crc_keeps_its_group_and_the_rest_is_compacted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let log = open(dir.path(), &clock);
+    let mut writes = write_versions(&log, 6, 80, T0);
+    // Flip the last byte of the first batch of the second segment, in
+    // place while the log is open (bit rot below the recovery point:
+    // nothing rescans it).
+    let files = segment_files(dir.path());
+    assert!(files.len() > 3, "{files:?}");
+    let victim = files[1].clone();
+    let mut data = std::fs::read(&victim).expect("read");
+    let first = sluice_protocol::record::BatchHeader::parse(&data).expect("header");
+    let at = first.total_size() - 1;
+    data[at] ^= 0xff;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&victim)
+        .expect("open segment");
+    std::os::unix::fs::FileExt::write_all_at(&f, &data[at..=at], at as u64).expect("write");
+    drop(f);
+
+    writes.extend(write_versions(&log, 6, 1, T0));
+    log.roll().expect("roll");
+    log.set_high_watermark(log.log_end_offset());
+    let before = log.size_in_bytes();
+    let contents: Vec<(std::path::PathBuf, Vec<u8>)> = segment_files(dir.path())
+        .into_iter()
+        .map(|p| (p.clone(), std::fs::read(&p).expect("read")))
+        .collect();
+    let stats = clean(&log, 0, &CleanerConfig::default())
+        .expect("the pass survives the bad batch")
+        .expect("cleaned");
+    assert_eq!((stats.batches_skipped, stats.groups_skipped), (1, 1));
+    assert!(stats.records_removed > 0);
+    assert!(log.size_in_bytes() < before);
+    assert_eq!(std::fs::read(&victim).expect("still there"), data);
+    let (good, kept) = read_tolerant(&log);
+    assert_eq!(kept.len(), 1);
+    // Outside the kept segment only the latest of each key is left; inside
+    // it everything that was there still is.
+    // The kept group: the victim and the segments after it left untouched
+    // (a group holds contiguous segments that fit segment.bytes together).
+    let untouched: Vec<bool> = contents
+        .iter()
+        .map(|(p, c)| std::fs::read(p).is_ok_and(|now| &now == c))
+        .collect();
+    let v = contents
+        .iter()
+        .position(|(p, _)| *p == victim)
+        .expect("victim");
+    let end_of_group = (v..contents.len())
+        .find(|&i| !untouched[i])
+        .map_or(i64::MAX, |i| {
+            let name = contents[i]
+                .0
+                .file_stem()
+                .expect("stem")
+                .to_string_lossy()
+                .into_owned();
+            name.parse::<i64>().expect("base")
+        });
+    let kept_range = first.base_offset..end_of_group;
+    let survivors = expected(&writes, stats.end, false);
+    for g in &good {
+        assert!(writes.contains(g), "invented {g:?}");
+        assert!(
+            survivors.contains(g) || kept_range.contains(&g.0),
+            "not compacted: {g:?}"
+        );
+    }
+    for s in &survivors {
+        let in_bad_batch = (first.base_offset..=first.last_offset()).contains(&s.0);
+        assert!(in_bad_batch || good.contains(s), "lost {s:?}");
+    }
+    for w in writes.iter().filter(|w| kept_range.contains(&w.0)) {
+        let in_bad_batch = (first.base_offset..=first.last_offset()).contains(&w.0);
+        assert!(in_bad_batch || good.contains(w), "kept group lost {w:?}");
+    }
+}

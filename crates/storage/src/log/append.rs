@@ -1,15 +1,16 @@
-//! The produce path: validate batches without decoding records, assign
-//! offsets by patching headers in place, roll when needed, write.
+//! The produce path: validate batches (see `validate`: record framing is
+//! walked, records are not decoded), assign offsets by patching headers in
+//! place, roll when needed, write.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use sluice_protocol::record::batch::{self, BatchHeader};
-use sluice_protocol::ProtocolError;
 
+use super::validate::{validate, AppendOrigin};
 use super::{lock, Log};
 use crate::config::TimestampType;
-use crate::error::{Result, StorageError};
+use crate::error::Result;
 use crate::segment::Segment;
 
 /// What an append did.
@@ -28,17 +29,37 @@ pub struct AppendInfo {
 }
 
 impl Log {
-    /// Appends a producer's batches (one or more v2 batches, back to back).
-    ///
-    /// Each batch is checked (length, magic, CRC32C, record count against
-    /// `lastOffsetDelta`, `max.message.bytes`, timestamp bounds); then base
-    /// offsets and the partition leader epoch are patched in place (with
-    /// LogAppendTime also the timestamp, and the CRC recomputed) and the
-    /// bytes are written as they are. A failed check appends nothing.
+    /// Appends batches written by the broker itself (coordinators, the
+    /// metadata log, tools): [`Log::append_as_leader_from`] with
+    /// [`AppendOrigin::Coordinator`].
     pub fn append_as_leader(&self, records: &mut [u8], leader_epoch: i32) -> Result<AppendInfo> {
+        self.append_as_leader_from(records, leader_epoch, AppendOrigin::Coordinator)
+    }
+
+    /// Appends one or more v2 batches, back to back, as the leader.
+    ///
+    /// Every batch is validated first as Kafka's `LogValidator` does (see
+    /// `validate`: header, CRC32C, `max.message.bytes`, record count and
+    /// framing, keys on compacted topics, per-record timestamp bounds; more
+    /// for [`AppendOrigin::Client`]), its max timestamp set (LogAppendTime:
+    /// the broker's time) and, when the topic's `compression.type` names
+    /// another codec, its records recompressed. Then base offsets and the
+    /// partition leader epoch are patched in place and the bytes written as
+    /// they are. A failed check appends nothing.
+    pub fn append_as_leader_from(
+        &self,
+        records: &mut [u8],
+        leader_epoch: i32,
+        origin: AppendOrigin,
+    ) -> Result<AppendInfo> {
         let config = self.config();
         let now = self.now_ms();
-        let mut batches = validate(records, &config, now)?;
+        let mut validated = validate(records, &config, now, &self.tp, origin)?;
+        let mut batches = validated.batches;
+        let records: &mut [u8] = match validated.rebuilt.as_mut() {
+            Some(rebuilt) => rebuilt,
+            None => records,
+        };
 
         let _w = self.writer();
         self.check_online()?;
@@ -52,13 +73,9 @@ impl Log {
         let mut record_count = 0i64;
         for (pos, h) in &mut batches {
             let bytes = &mut records[*pos..*pos + h.total_size()];
+            // Outside the CRC; timestamps were set by `validate`.
             batch::set_base_offset(bytes, next);
             batch::set_partition_leader_epoch(bytes, leader_epoch);
-            if append_time >= 0 {
-                batch::set_log_append_time(bytes, append_time);
-                h.max_timestamp = append_time;
-                h.attributes |= 0x08;
-            }
             h.base_offset = next;
             h.partition_leader_epoch = leader_epoch;
             next = h.last_offset() + 1;
@@ -131,70 +148,4 @@ impl Log {
         }
         Ok(active)
     }
-}
-
-/// Checks every batch of a produce request; returns `(position, header)`s.
-fn validate(
-    records: &[u8],
-    config: &crate::config::LogConfig,
-    now: i64,
-) -> Result<Vec<(usize, BatchHeader)>> {
-    let mut out = Vec::new();
-    let mut pos = 0usize;
-    while pos < records.len() {
-        let rest = &records[pos..];
-        let h = BatchHeader::parse(rest)?;
-        let size = h.total_size();
-        if size > rest.len() {
-            return Err(ProtocolError::Truncated {
-                what: "record batch",
-                need: size,
-                have: rest.len(),
-            }
-            .into());
-        }
-        if size as u64 > config.max_message_bytes {
-            return Err(StorageError::RecordTooLarge {
-                size,
-                max: config.max_message_bytes as usize,
-            });
-        }
-        batch::validate_crc(&rest[..size])?;
-        h.validate_as_produced()?;
-        if config.message_timestamp_type == TimestampType::CreateTime {
-            check_timestamp(h.base_timestamp, config, now)?;
-            check_timestamp(h.max_timestamp, config, now)?;
-        }
-        out.push((pos, h));
-        pos += size;
-    }
-    if out.is_empty() {
-        return Err(ProtocolError::InvalidBatch("no record batch in the request".into()).into());
-    }
-    Ok(out)
-}
-
-fn check_timestamp(ts: i64, config: &crate::config::LogConfig, now: i64) -> Result<()> {
-    if ts < 0 {
-        return Ok(()); // no timestamp (-1): nothing to bound
-    }
-    if now.saturating_sub(ts) > config.message_timestamp_before_max_ms {
-        return Err(StorageError::InvalidTimestamp {
-            timestamp: ts,
-            reason: format!(
-                "older than message.timestamp.before.max.ms ({})",
-                config.message_timestamp_before_max_ms
-            ),
-        });
-    }
-    if ts.saturating_sub(now) > config.message_timestamp_after_max_ms {
-        return Err(StorageError::InvalidTimestamp {
-            timestamp: ts,
-            reason: format!(
-                "newer than message.timestamp.after.max.ms ({})",
-                config.message_timestamp_after_max_ms
-            ),
-        });
-    }
-    Ok(())
 }

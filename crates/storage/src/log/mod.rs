@@ -3,7 +3,9 @@
 //! leader epoch cache.
 //!
 //! - `load`: opening a folder, finishing interrupted swaps, recovery.
-//! - `append`: validation and offset assignment on the produce path.
+//! - `validate`: what an append checks first (Kafka's `LogValidator`):
+//!   headers, CRC, record framing, keys, timestamps; recompression.
+//! - `append`: offset assignment and the write on the produce path.
 //! - `read`: reads by offset and lookups by time (ListOffsets).
 //! - `retention`: deleting old segments, log start offset, truncation.
 //!
@@ -16,6 +18,7 @@ mod append;
 mod load;
 mod read;
 mod retention;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,6 +35,7 @@ use crate::TopicPartition;
 pub use append::AppendInfo;
 pub(crate) use load::{CLEANED_SUFFIX as CLEANED, SWAP_SUFFIX as SWAP};
 pub use read::{OffsetSpec, ReadInfo, ReadLimit, TimestampOffset};
+pub use validate::{decompression_limit, AppendOrigin, MAX_RECORD_ERRORS};
 
 /// Where the last session left this partition (from the data-folder
 /// checkpoints).

@@ -169,7 +169,10 @@ fn corrupt_batches_are_rejected_and_nothing_is_appended() {
     log.set_config(LogConfig::default());
     assert!(matches!(
         log.append_as_leader(&mut batch(1, T0 + 2 * 3_600_000, "y"), 0),
-        Err(StorageError::InvalidTimestamp { .. })
+        Err(StorageError::RecordErrors {
+            kind: crate::error::RecordErrorKind::InvalidTimestamp,
+            ..
+        })
     ));
 }
 
