@@ -313,17 +313,17 @@ fn undecodable_records_are_skipped_with_their_offset_and_snapshots_stop() {
         store.log().append_as_leader(&mut bytes, 0).expect("append");
         // A batch whose records do not decode at all (bad record framing,
         // valid CRC).
+        // Appends validate record framing, so the batch is written valid
+        // and damaged on disk afterwards, its CRC recomputed.
+        const MARK: &[u8] = b"undecodable-batch-marker";
         let mut bad = BatchBuilder::new(Compression::None, T0);
-        bad.push(Record::new(None, Some(vec![1, 2, 3]), T0));
+        bad.push(Record::new(None, Some(MARK.to_vec()), T0));
         let mut bytes = bad.build(0).expect("build");
-        let n = bytes.len();
-        bytes[n - 5] = 0x40; // a value length past the end of the record
-        let crc = sluice_protocol::record::batch::compute_crc(&bytes);
-        bytes[17..21].copy_from_slice(&crc.to_be_bytes());
-        assert!(decode_batch(&bytes, 1 << 20).is_err());
         store.log().append_as_leader(&mut bytes, 0).expect("append");
         create(&store, "after", 3, 1);
+        let dir_path = store.log().dir().to_path_buf();
         store.shutdown().expect("shutdown");
+        damage_batch_holding(&dir_path, MARK);
     }
     let store = open(dir.path(), small(), &clock);
     assert_eq!(names(&store), vec!["after", "before", "middle"]);
@@ -389,4 +389,36 @@ fn a_snapshot_waits_for_a_change_in_progress() {
     assert_eq!(id.end_offset, store.log().log_end_offset());
     let s = snapshot::read(&meta_dir(dir.path()), id).expect("read");
     assert!(s.image().topic("doomed").is_none());
+}
+
+/// Finds the batch whose bytes hold `mark` in the partition folder's
+/// segments and makes its last record's value length run past the record,
+/// recomputing the CRC so only record decoding can notice.
+fn damage_batch_holding(dir: &std::path::Path, mark: &[u8]) {
+    for entry in std::fs::read_dir(dir).expect("ls") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_none_or(|e| e != "log") {
+            continue;
+        }
+        let mut file = std::fs::read(&path).expect("read segment");
+        let mut pos = 0;
+        while pos + 61 <= file.len() {
+            let h = sluice_protocol::record::BatchHeader::parse(&file[pos..]).expect("header");
+            let n = h.total_size();
+            let batch = &mut file[pos..pos + n];
+            if batch.windows(mark.len()).any(|w| w == mark) {
+                // Last record: ... value length (varint), value, header
+                // count (0): the value length sits before the value.
+                let at = n - 1 - mark.len() - 1;
+                batch[at] = 0x7e; // 63 bytes: past the end of the record
+                let crc = sluice_protocol::record::batch::compute_crc(batch);
+                batch[17..21].copy_from_slice(&crc.to_be_bytes());
+                assert!(decode_batch(batch, 1 << 20).is_err());
+                std::fs::write(&path, &file).expect("write segment");
+                return;
+            }
+            pos += n;
+        }
+    }
+    panic!("no batch holds the mark");
 }
