@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite. Installs what the tests need on a fresh machine
-# (kcat from Debian; Python clients in a virtualenv under target/; kafkajs
+# (kcat from Debian; Python clients in virtualenvs under target/; kafkajs
 # from npm under tests/kafkajs/node_modules), then runs every Rust test and
 # the compatibility tests against a real `sluice server`.
 set -euo pipefail
@@ -20,6 +20,15 @@ if [[ ! -x $VENV/bin/python ]]; then
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 export SLUICETEST_PYTHON="$PWD/$VENV/bin/python"
+
+# kafka-python 3.x in its own virtualenv (its protocol modules moved in
+# 3.0): the client line that infers Kafka 4.0 from ApiVersions.
+VENV_KP3=target/test-venv-kp3
+if [[ ! -x $VENV_KP3/bin/python ]]; then
+  python3 -m venv "$VENV_KP3"
+fi
+"$VENV_KP3/bin/python" -m pip install --quiet --disable-pip-version-check -r tests/requirements-kafka-python3.txt
+export SLUICETEST_PYTHON_KP3="$PWD/$VENV_KP3/bin/python"
 
 # kafkajs (npm, pinned by tests/kafkajs/package-lock.json) for
 # tests/compat/test_kafkajs.py; node and npm come with the machine.

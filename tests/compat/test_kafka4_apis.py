@@ -1,5 +1,6 @@
-"""Kafka 4 API surface seen by kafka-python 2.2.15: its broker-version
-inference from ApiVersions, and ListOffsets at the versions it picks when
+"""Kafka 4 API surface seen by kafka-python: 3.x infers Kafka 4.0 from
+Sluice's ApiVersions (ListOffsets v10) and works with the versions that
+picks; 2.2.15's inference, and ListOffsets at the versions it picks when
 told the broker is Kafka 4.0.
 
 kafka-python 2.2.15 infers the broker version from a table in
@@ -68,3 +69,26 @@ def test_offsets_with_kafka_4_versions(server):
         assert c.offsets_for_times({tp: 9000})[tp] is None
     finally:
         c.close()
+
+
+def test_kafka_python_3_infers_kafka_4(server):
+    """kafka-python 3.x (the line with a Kafka 4.0 entry in its inference
+    table: ListOffsets v10) sees Sluice as Kafka 4.0 and works with the API
+    versions that picks."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    py = os.environ.get("SLUICETEST_PYTHON_KP3")
+    assert py, ("SLUICETEST_PYTHON_KP3 is not set: run scripts/test.sh, which installs "
+                "tests/requirements-kafka-python3.txt into target/test-venv-kp3")
+    script = Path(__file__).with_name("kafka_python3_check.py")
+    run = subprocess.run([py, str(script), server.bootstrap, "kp3-topic"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-4000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["inferred"] == [4, 0], got
+    assert got["values"] == [f"v{i}" for i in range(10)], got
+    assert got["offset_for_1005"] == 5, got
+    assert got["end"] == 10, got
