@@ -27,10 +27,9 @@ use sluice_coordinator::offsets::ExpiryBase;
 use sluice_coordinator::offsets::{
     coordinator_partition, OffsetConfig, OffsetStore, Record as OffsetsRecord, Replayed,
 };
-use sluice_protocol::record::batch::validate_crc;
 use sluice_protocol::record::codec::decode_batch;
-use sluice_protocol::record::{BatchBuilder, BatchIter, Compression, Record};
-use sluice_storage::{Log, ReadLimit};
+use sluice_protocol::record::{BatchBuilder, Compression, Record};
+use sluice_storage::{Log, ReplayEvent};
 use tokio::sync::oneshot;
 
 use crate::broker::{ApiError, Broker, CONSUMER_OFFSETS_TOPIC};
@@ -160,68 +159,54 @@ impl Groups {
         let mut groups = GroupCoordinator::new(self.config.clone());
         let mut offsets = OffsetStore::new(self.offset_config);
         groups.begin_load();
-        let mut next = log.log_start_offset();
-        let end = log.log_end_offset();
         let mut count = 0usize;
-        while next < end {
-            let r = log
-                .read(next, 1 << 20, ReadLimit::LogEnd, true)
-                .map_err(|e| crate::handlers::errors::storage_error(&e))?;
-            let Some(region) = r.region else { break };
-            let bytes = region.read_to_vec().map_err(internal)?;
-            let before = next;
-            for b in BatchIter::new(&bytes) {
-                let (_, h, raw) = match b {
-                    Ok(b) => b,
-                    Err(e) => {
-                        // Its length is unknown: go on at the next segment.
-                        let resume = log
-                            .segment_base_offsets()
-                            .into_iter()
-                            .find(|&base| base > next)
-                            .unwrap_or(end);
-                        tracing::error!(partition = %log.topic_partition(), offset = next, resume, error = %e, "unreadable __consumer_offsets batch; skipping to the next segment");
-                        next = resume;
-                        break;
-                    }
-                };
-                if h.last_offset() < next {
+        let tp = log.topic_partition().clone();
+        let from = log.log_start_offset();
+        let replayed = log.replay(from, |event| {
+            let (header, raw) = match event {
+                ReplayEvent::Batch { header, raw } => (header, raw),
+                ReplayEvent::Corrupt { header, error } => {
+                    tracing::error!(partition = %tp, offsets = %format!("{}..={}", header.base_offset, header.last_offset()), %error, "skipping corrupt __consumer_offsets batch");
+                    return;
+                }
+                ReplayEvent::Unreadable {
+                    offset,
+                    resume,
+                    error,
+                } => {
+                    tracing::error!(partition = %tp, offset, resume, %error, "unreadable __consumer_offsets batch; skipping to the next segment");
+                    return;
+                }
+            };
+            if header.is_control() {
+                return;
+            }
+            let decoded = match decode_batch(raw, 64 << 20) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::error!(partition = %tp, offsets = %format!("{}..={}", header.base_offset, header.last_offset()), error = %e, "skipping undecodable __consumer_offsets batch");
+                    return;
+                }
+            };
+            for r in decoded.records {
+                let offset = r.record.offset;
+                if offset < from {
                     continue;
                 }
-                let want = next;
-                next = h.last_offset() + 1;
-                if h.is_control() {
-                    continue;
-                }
-                let decoded = match validate_crc(raw).and_then(|_| decode_batch(raw, 64 << 20)) {
-                    Ok(d) => d,
+                let Some(key) = r.record.key else { continue };
+                match offsets.replay(&key, r.record.value.as_deref()) {
+                    Ok(Replayed::GroupMetadata { group, value }) => {
+                        groups.replay(&GroupRecord::from_replayed(group, value));
+                    }
+                    Ok(_) => {}
                     Err(e) => {
-                        tracing::error!(partition = %log.topic_partition(), offsets = %format!("{}..={}", h.base_offset, h.last_offset()), error = %e, "skipping undecodable __consumer_offsets batch");
-                        continue;
+                        tracing::warn!(partition = %tp, offset, error = %e, "skipping unreadable __consumer_offsets record")
                     }
-                };
-                for r in decoded.records {
-                    let offset = r.record.offset;
-                    if offset < want {
-                        continue;
-                    }
-                    let Some(key) = r.record.key else { continue };
-                    match offsets.replay(&key, r.record.value.as_deref()) {
-                        Ok(Replayed::GroupMetadata { group, value }) => {
-                            groups.replay(&GroupRecord::from_replayed(group, value));
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::warn!(partition = %log.topic_partition(), offset, error = %e, "skipping unreadable __consumer_offsets record")
-                        }
-                    }
-                    count += 1;
                 }
+                count += 1;
             }
-            if next == before {
-                break;
-            }
-        }
+        });
+        replayed.map_err(|e| crate::handlers::errors::storage_error(&e))?;
         // Groups with committed offsets but no metadata record (consumers
         // that only assign()) exist as Empty groups, as Kafka loads them.
         let load_time = now_ms();

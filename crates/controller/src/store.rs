@@ -19,10 +19,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sluice_protocol::record::batch::validate_crc;
 use sluice_protocol::record::codec::decode_batch;
-use sluice_protocol::record::{BatchBuilder, BatchIter, Compression, Record};
-use sluice_storage::{Clock, Log, LogConfig, LogOpenOptions, ReadLimit, TopicPartition};
+use sluice_protocol::record::{BatchBuilder, Compression, Record};
+use sluice_storage::{Clock, Log, LogConfig, LogOpenOptions, ReplayEvent, TopicPartition};
 use uuid::Uuid;
 
 use crate::error::{ControllerError, Result};
@@ -178,85 +177,68 @@ fn replay(
     removals: &mut Vec<RecordedRemoval>,
 ) -> Result<Replayed> {
     let mut out = Replayed::default();
-    let mut next = from.max(log.log_start_offset());
-    let end = log.log_end_offset();
-    while next < end {
-        let r = log.read(next, 1 << 20, ReadLimit::LogEnd, true)?;
-        let Some(region) = r.region else { break };
-        let bytes = region
-            .read_to_vec()
-            .map_err(|e| sluice_storage::StorageError::Io {
-                path: log.dir().to_path_buf(),
-                source: e,
-            })?;
-        let before = next;
-        for b in BatchIter::new(&bytes) {
-            let (_, h, raw) = match b {
-                Ok(b) => b,
-                Err(e) => {
-                    let resume = log
-                        .segment_base_offsets()
-                        .into_iter()
-                        .find(|&base| base > next)
-                        .unwrap_or(end);
-                    tracing::error!(offset = next, resume, error = %e, "unreadable metadata log batch; skipping to the next segment");
-                    out.skipped += 1;
-                    next = resume;
-                    break;
-                }
-            };
-            if h.last_offset() < next {
+    let from = from.max(log.log_start_offset());
+    log.replay(from, |event| {
+        let (h, raw) = match event {
+            ReplayEvent::Batch { header, raw } => (header, raw),
+            ReplayEvent::Corrupt { header, error } => {
+                let offsets = format!("{}..={}", header.base_offset, header.last_offset());
+                tracing::error!(offsets, %error, "skipping corrupt metadata log batch");
+                out.skipped += 1;
+                return;
+            }
+            ReplayEvent::Unreadable {
+                offset,
+                resume,
+                error,
+            } => {
+                tracing::error!(offset, resume, %error, "unreadable metadata log batch; skipping to the next segment");
+                out.skipped += 1;
+                return;
+            }
+        };
+        let offsets = format!("{}..={}", h.base_offset, h.last_offset());
+        out.bytes += raw.len() as u64;
+        out.last_timestamp = Some(h.max_timestamp);
+        if h.is_control() {
+            return;
+        }
+        let decoded = match decode_batch(raw, MAX_BATCH_BYTES as usize * 8) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!(offsets, error = %e, "skipping undecodable metadata log batch");
+                out.skipped += 1;
+                return;
+            }
+        };
+        for r in decoded.records {
+            let offset = r.record.offset;
+            if offset < from {
                 continue;
             }
-            let offsets = format!("{}..={}", h.base_offset, h.last_offset());
-            next = h.last_offset() + 1;
-            if let Err(e) = validate_crc(raw) {
-                tracing::error!(offsets, error = %e, "skipping corrupt metadata log batch");
+            let Some(value) = r.record.value else {
+                tracing::error!(offset, "skipping null metadata record");
                 out.skipped += 1;
                 continue;
-            }
-            out.bytes += raw.len() as u64;
-            out.last_timestamp = Some(h.max_timestamp);
-            if h.is_control() {
-                continue;
-            }
-            let decoded = match decode_batch(raw, MAX_BATCH_BYTES as usize * 8) {
-                Ok(d) => d,
-                Err(e) => {
-                    tracing::error!(offsets, error = %e, "skipping undecodable metadata log batch");
-                    out.skipped += 1;
-                    continue;
-                }
             };
-            for r in decoded.records {
-                let offset = r.record.offset;
-                let Some(value) = r.record.value else {
-                    tracing::error!(offset, "skipping null metadata record");
+            match MetadataRecord::decode(&value) {
+                Ok(rec) => {
+                    if let MetadataRecord::RemoveTopic { topic_id } = &rec {
+                        removals.push(RecordedRemoval {
+                            topic_id: *topic_id,
+                            name: image.topic_by_id(topic_id).map(|t| t.name.clone()),
+                        });
+                    }
+                    image.apply(&rec);
+                    out.records += 1;
+                }
+                Err(e) => {
+                    tracing::error!(offset, error = %e, "skipping undecodable metadata record");
                     out.skipped += 1;
-                    continue;
-                };
-                match MetadataRecord::decode(&value) {
-                    Ok(rec) => {
-                        if let MetadataRecord::RemoveTopic { topic_id } = &rec {
-                            removals.push(RecordedRemoval {
-                                topic_id: *topic_id,
-                                name: image.topic_by_id(topic_id).map(|t| t.name.clone()),
-                            });
-                        }
-                        image.apply(&rec);
-                        out.records += 1;
-                    }
-                    Err(e) => {
-                        tracing::error!(offset, error = %e, "skipping undecodable metadata record");
-                        out.skipped += 1;
-                    }
                 }
             }
         }
-        if next == before {
-            break;
-        }
-    }
+    })?;
     Ok(out)
 }
 

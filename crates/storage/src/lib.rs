@@ -29,7 +29,8 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{CleanupPolicy, LogConfig, TimestampType, TopicCompression};
 pub use error::{RecordError, RecordErrorKind, Result, StorageError};
 pub use log::{
-    AppendInfo, AppendOrigin, Log, LogOpenOptions, OffsetSpec, ReadInfo, ReadLimit, TimestampOffset,
+    AppendInfo, AppendOrigin, Log, LogOpenOptions, OffsetSpec, ReadInfo, ReadLimit, ReplayEvent,
+    TimestampOffset,
 };
 pub use manager::{LogManager, ManagerConfig};
 pub use segment::FileRegion;

@@ -7,6 +7,7 @@
 //!   headers, CRC, record framing, keys, timestamps; recompression.
 //! - `append`: offset assignment and the write on the produce path.
 //! - `read`: reads by offset and lookups by time (ListOffsets).
+//! - `replay`: every batch from an offset, for owners rebuilding state.
 //! - `retention`: deleting old segments, log start offset, truncation.
 //!
 //! Locking: one append lock per partition serializes writers (append, roll,
@@ -17,6 +18,7 @@
 mod append;
 mod load;
 mod read;
+mod replay;
 mod retention;
 mod validate;
 
@@ -35,6 +37,7 @@ use crate::TopicPartition;
 pub use append::AppendInfo;
 pub(crate) use load::{CLEANED_SUFFIX as CLEANED, SWAP_SUFFIX as SWAP};
 pub use read::{OffsetSpec, ReadInfo, ReadLimit, TimestampOffset};
+pub use replay::ReplayEvent;
 pub use validate::{decompression_limit, AppendOrigin, MAX_RECORD_ERRORS};
 
 /// Where the last session left this partition (from the data-folder
