@@ -1,6 +1,7 @@
 """Run by kafka-python 3.x's interpreter (SLUICETEST_PYTHON_KP3): infers the
-broker version as kafka-python does, then produces and consumes with the
-API versions that inference picks. Prints one JSON object."""
+broker version as kafka-python does, pages through DescribeTopicPartitions,
+then produces and consumes with the API versions that inference picks.
+Prints one JSON object."""
 import json
 import sys
 
@@ -11,7 +12,19 @@ bootstrap, topic = sys.argv[1], sys.argv[2]
 out = {}
 admin = KafkaAdminClient(bootstrap_servers=bootstrap)
 out["inferred"] = list(admin._client.check_version())
-admin.create_topics([NewTopic(topic, 1, 1)])
+admin.create_topics([NewTopic(topic, 1, 1), NewTopic(topic + "-wide", 5, 1)])
+# DescribeTopicPartitions (KIP-966), paged by a cursor.
+pages = []
+cursor = None
+while True:
+    page = admin.describe_topic_partitions([topic, topic + "-wide", "kp3-missing"],
+                                           response_partition_limit=3, cursor=cursor)
+    pages.append([(t["name"], t["error_code"], [p["partition_index"] for p in t["partitions"]])
+                  for t in page["topics"]])
+    cursor = page["next_cursor"]
+    if cursor is None:
+        break
+out["describe_pages"] = pages
 admin.close()
 
 producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, enable_idempotence=False)

@@ -89,6 +89,12 @@ def test_kafka_python_3_infers_kafka_4(server):
     assert run.returncode == 0, run.stderr[-4000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["inferred"] == [4, 0], got
+    # DescribeTopicPartitions: sorted names, at most 3 partitions a page,
+    # the unknown topic with UNKNOWN_TOPIC_OR_PARTITION, then the cursor.
+    assert got["describe_pages"] == [
+        [["kp3-missing", 3, []], ["kp3-topic", 0, [0]], ["kp3-topic-wide", 0, [0, 1]]],
+        [["kp3-topic-wide", 0, [2, 3, 4]]],
+    ], got
     assert got["values"] == [f"v{i}" for i in range(10)], got
     assert got["offset_for_1005"] == 5, got
     assert got["end"] == 10, got
