@@ -43,6 +43,8 @@ pub use crate::internal_topics::CONSUMER_OFFSETS_TOPIC;
 #[derive(Debug)]
 pub struct Broker {
     pub(crate) config: BrokerConfig,
+    /// The typed settings, parsed once from `config`.
+    pub(crate) settings: crate::config::Settings,
     pub(crate) node_id: i32,
     pub(crate) cluster_id: String,
     pub(crate) advertised: Listener,
@@ -73,18 +75,17 @@ impl Broker {
         let node_id = config.node_id();
         let cluster_id = meta_properties(&dir, node_id)?;
         tracing::info!(data_dir = %dir.display(), %cluster_id, node_id, "data folder ready");
+        let settings = crate::config::Settings::from_config(&config)?;
         let defaults = config.log_config()?;
         let mut mc = ManagerConfig::new(&dir);
         mc.default_config = defaults.clone();
-        mc.recovery_threads = config.int("num.recovery.threads.per.data.dir").max(1) as usize;
-        mc.retention_check_interval_ms =
-            config.long("log.retention.check.interval.ms").max(1) as u64;
-        mc.checkpoint_interval_ms =
-            config.int("log.flush.offset.checkpoint.interval.ms").max(1) as u64;
-        mc.cleaner_enable = config.bool("log.cleaner.enable");
-        mc.cleaner_backoff_ms = config.long("log.cleaner.backoff.ms").max(1) as u64;
+        mc.recovery_threads = settings.num_recovery_threads_per_data_dir.max(1) as usize;
+        mc.retention_check_interval_ms = settings.log_retention_check_interval_ms.max(1) as u64;
+        mc.checkpoint_interval_ms = settings.log_flush_offset_checkpoint_interval_ms.max(1) as u64;
+        mc.cleaner_enable = settings.log_cleaner_enable;
+        mc.cleaner_backoff_ms = settings.log_cleaner_backoff_ms.max(1) as u64;
         mc.cleaner.dedupe_buffer_bytes =
-            config.long("log.cleaner.dedupe.buffer.size").max(1 << 20) as usize;
+            settings.log_cleaner_dedupe_buffer_size.max(1 << 20) as usize;
         let logs = LogManager::open(mc)?;
         tracing::info!(partitions = logs.logs().len(), "logs loaded");
         // The metadata log lives beside the partitions but outside the log
@@ -95,10 +96,11 @@ impl Broker {
             Arc::new(sluice_storage::SystemClock),
         )?;
         let advertised = config.advertised_listener()?;
-        let fetch_sessions = crate::fetch_session::FetchSessionCache::from_config(&config);
-        let groups = crate::groups::Groups::new(&config, node_id);
+        let fetch_sessions = crate::fetch_session::FetchSessionCache::from_settings(&settings);
+        let groups = crate::groups::Groups::new(&settings, node_id);
         let broker = Arc::new(Self {
             config,
+            settings,
             node_id,
             cluster_id,
             advertised,
@@ -189,7 +191,7 @@ impl Broker {
     ) -> std::result::Result<TopicImage, ApiError> {
         validate_topic_name(name)?;
         let partitions = if partitions == -1 {
-            self.config.int("num.partitions")
+            self.settings.num_partitions
         } else {
             partitions
         };
@@ -200,7 +202,7 @@ impl Broker {
             ));
         }
         let rf = if replication_factor == -1 {
-            self.config.int("default.replication.factor") as i16
+            self.settings.default_replication_factor as i16
         } else {
             replication_factor
         };
@@ -272,7 +274,7 @@ impl Broker {
         if let Some(t) = self.image().topic(name) {
             return Ok(t.clone());
         }
-        if !(client_allows && self.config.bool("auto.create.topics.enable"))
+        if !(client_allows && self.settings.auto_create_topics_enable)
             || crate::internal_topics::check_client_may_create(name).is_err()
         {
             return Err(ApiError::code(ResponseError::UnknownTopicOrPartition));
@@ -338,7 +340,7 @@ impl Broker {
 
     /// Deletes a topic: metadata first, then its logs.
     pub(crate) fn delete_topic(&self, name: &str) -> std::result::Result<Uuid, ApiError> {
-        if !self.config.bool("delete.topic.enable") {
+        if !self.settings.delete_topic_enable {
             return Err(ApiError::new(
                 ResponseError::TopicDeletionDisabled,
                 "Topic deletion is disabled.",
@@ -401,10 +403,10 @@ impl Broker {
             ("compression.type".to_string(), "producer".to_string()),
             (
                 "segment.bytes".to_string(),
-                self.config.str("offsets.topic.segment.bytes"),
+                self.settings.offsets_topic_segment_bytes.to_string(),
             ),
         ];
-        let rf = self.config.int("offsets.topic.replication.factor") as i16;
+        let rf = self.settings.offsets_topic_replication_factor;
         match self.create_topic_unchecked(CONSUMER_OFFSETS_TOPIC, partitions, rf, &configs, false) {
             Ok(_) => Ok(()),
             Err(e) if e.code == ResponseError::TopicAlreadyExists => Ok(()),

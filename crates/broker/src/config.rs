@@ -15,11 +15,13 @@
 //! - Password keys (TLS and SASL secrets) are accepted and never logged or
 //!   described in clear.
 //!
-//! Accessors (`int`, `long`, `bool`, `str`) read a key's value, set or
-//! defaulted.
+//! The broker reads its settings from [`Settings`], typed and parsed once
+//! at start; the string accessors (`int`, `long`, `bool`, `str`) serve the
+//! parsing here and DescribeConfigs.
 
 mod docs;
 mod keys;
+mod settings;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -28,6 +30,7 @@ use sluice_storage::LogConfig;
 
 use crate::error::{BrokerError, Result};
 pub(crate) use keys::{Area, Check, Key, Kind, BROKER_KEYS};
+pub use settings::Settings;
 
 /// The broker keys that give each topic config its default, highest
 /// precedence first, with their unit in ms (Kafka's
@@ -523,7 +526,7 @@ impl BrokerConfig {
         }
         self.log_config()?;
         self.metadata_log_config()?;
-        crate::limits::validate(self)?;
+        crate::limits::validate(&Settings::from_config(self)?)?;
         Ok(())
     }
 

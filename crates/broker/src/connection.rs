@@ -49,8 +49,8 @@ pub(crate) async fn serve(
     let (mut rd, mut wr) = stream.into_split();
     // Only PLAINTEXT listeners exist; a TLS connection must copy.
     let zero_copy = true;
-    let max = broker.config.int("socket.request.max.bytes").max(1) as usize;
-    let idle = Duration::from_millis(broker.config.long("connections.max.idle.ms").max(1) as u64);
+    let max = broker.settings.socket_request_max_bytes.max(1) as usize;
+    let idle = Duration::from_millis(broker.settings.connections_max_idle_ms.max(1) as u64);
     loop {
         let mut len = [0u8; 4];
         tokio::select! {

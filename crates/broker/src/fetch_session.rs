@@ -365,11 +365,11 @@ impl FetchSessionCache {
     }
 
     /// Sized by `max.incremental.fetch.session.cache.slots`.
-    pub(crate) fn from_config(config: &crate::config::BrokerConfig) -> Self {
-        let slots = config
-            .int("max.incremental.fetch.session.cache.slots")
-            .max(0);
-        Self::new(slots as usize, EVICTION_MS)
+    pub(crate) fn from_settings(settings: &crate::config::Settings) -> Self {
+        Self::new(
+            settings.fetch_session_cache_slots.max(0) as usize,
+            EVICTION_MS,
+        )
     }
 
     /// Milliseconds on the cache's monotonic clock.

@@ -68,26 +68,26 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 impl Groups {
-    pub(crate) fn new(config: &crate::config::BrokerConfig, node_id: i32) -> Self {
+    pub(crate) fn new(settings: &crate::config::Settings, node_id: i32) -> Self {
         let gc = GroupConfig {
-            min_session_timeout_ms: config.int("group.min.session.timeout.ms"),
-            max_session_timeout_ms: config.int("group.max.session.timeout.ms"),
-            initial_rebalance_delay_ms: config.int("group.initial.rebalance.delay.ms"),
-            max_size: config.int("group.max.size").max(1) as usize,
+            min_session_timeout_ms: settings.group_min_session_timeout_ms,
+            max_session_timeout_ms: settings.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms: settings.group_initial_rebalance_delay_ms,
+            max_size: settings.group_max_size.max(1) as usize,
             member_id_seed: (now_ms() as u64) ^ (u64::from(node_id as u32) << 32),
             ..GroupConfig::default()
         };
         let offset_config =
-            OffsetConfig::with_retention_minutes(config.long("offsets.retention.minutes"));
+            OffsetConfig::with_retention_minutes(settings.offsets_retention_minutes);
         Self {
-            partitions: config.int("offsets.topic.num.partitions").max(1),
+            partitions: settings.offsets_topic_num_partitions.max(1),
             shards: Mutex::new(HashMap::new()),
             parked: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(1),
             wake: tokio::sync::Notify::new(),
             config: gc,
             offset_config,
-            retention_check_interval_ms: config.long("offsets.retention.check.interval.ms").max(1),
+            retention_check_interval_ms: settings.offsets_retention_check_interval_ms.max(1),
         }
     }
 

@@ -25,7 +25,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
+#[cfg(test)]
 use crate::config::BrokerConfig;
+use crate::config::Settings;
 use crate::error::{BrokerError, Result};
 
 /// Most partitions one CreateTopics or CreatePartitions may create
@@ -69,9 +71,9 @@ impl RequestMemory {
 
     /// The budget from `queued.max.request.bytes` (see
     /// [`DEFAULT_QUEUED_BYTES`]).
-    pub(crate) fn from_config(config: &BrokerConfig) -> Arc<Self> {
-        let max_frame = config.int("socket.request.max.bytes").max(1) as u64;
-        let queued = config.long("queued.max.request.bytes");
+    pub(crate) fn from_settings(settings: &Settings) -> Arc<Self> {
+        let max_frame = settings.socket_request_max_bytes.max(1) as u64;
+        let queued = settings.queued_max_request_bytes;
         let limit = if queued > 0 {
             queued as u64
         } else {
@@ -176,11 +178,11 @@ pub(crate) struct TooManyConnections {
 }
 
 impl ConnectionLimits {
-    pub(crate) fn from_config(config: &BrokerConfig) -> Result<Arc<Self>> {
-        let overrides = parse_overrides(&config.str("max.connections.per.ip.overrides"))?;
+    pub(crate) fn from_settings(settings: &Settings) -> Result<Arc<Self>> {
+        let overrides = parse_overrides(&settings.max_connections_per_ip_overrides)?;
         Ok(Self::new(
-            config.int("max.connections").max(0) as usize,
-            config.int("max.connections.per.ip").max(0) as u32,
+            settings.max_connections.max(0) as usize,
+            settings.max_connections_per_ip.max(0) as u32,
             overrides,
         ))
     }
@@ -317,9 +319,9 @@ fn parse_overrides(text: &str) -> Result<HashMap<IpAddr, u32>> {
 }
 
 /// Checks the limit keys together (Kafka's `KafkaConfig` requirements).
-pub(crate) fn validate(config: &BrokerConfig) -> Result<()> {
-    let queued = config.long("queued.max.request.bytes");
-    let max_frame = i64::from(config.int("socket.request.max.bytes"));
+pub(crate) fn validate(settings: &Settings) -> Result<()> {
+    let queued = settings.queued_max_request_bytes;
+    let max_frame = i64::from(settings.socket_request_max_bytes);
     if queued > 0 && queued < max_frame {
         return Err(invalid(
             "queued.max.request.bytes",
@@ -327,14 +329,16 @@ pub(crate) fn validate(config: &BrokerConfig) -> Result<()> {
             "must be larger or equal to socket.request.max.bytes (or -1)",
         ));
     }
-    for key in ["max.connections", "max.connections.per.ip"] {
-        if config.int(key) < 0 {
-            return Err(invalid(key, &config.str(key), "must be at least 0"));
+    for (key, value) in [
+        ("max.connections", settings.max_connections),
+        ("max.connections.per.ip", settings.max_connections_per_ip),
+    ] {
+        if value < 0 {
+            return Err(invalid(key, &value.to_string(), "must be at least 0"));
         }
     }
-    let overrides = config.str("max.connections.per.ip.overrides");
-    let parsed = parse_overrides(&overrides)?;
-    if config.int("max.connections.per.ip") == 0 && parsed.is_empty() {
+    let parsed = parse_overrides(&settings.max_connections_per_ip_overrides)?;
+    if settings.max_connections_per_ip == 0 && parsed.is_empty() {
         return Err(invalid(
             "max.connections.per.ip",
             "0",
@@ -391,14 +395,23 @@ mod tests {
     fn queued_bytes_default_is_bounded() {
         let c = BrokerConfig::default();
         assert_eq!(c.long("queued.max.request.bytes"), -1);
-        assert_eq!(RequestMemory::from_config(&c).limit(), 512 << 20);
+        assert_eq!(
+            RequestMemory::from_settings(&Settings::from_config(&c).expect("settings")).limit(),
+            512 << 20
+        );
         let mut c = BrokerConfig::default();
         c.set("socket.request.max.bytes", "1073741824")
             .expect("set");
-        assert_eq!(RequestMemory::from_config(&c).limit(), 1 << 30);
+        assert_eq!(
+            RequestMemory::from_settings(&Settings::from_config(&c).expect("settings")).limit(),
+            1 << 30
+        );
         let mut c = BrokerConfig::default();
         c.set("queued.max.request.bytes", "209715200").expect("set");
-        assert_eq!(RequestMemory::from_config(&c).limit(), 200 << 20);
+        assert_eq!(
+            RequestMemory::from_settings(&Settings::from_config(&c).expect("settings")).limit(),
+            200 << 20
+        );
     }
 
     #[test]

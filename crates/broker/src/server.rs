@@ -47,11 +47,11 @@ impl Server {
             advertised = %format!("{}:{}", broker.advertised.host, broker.advertised.port),
             "listening"
         );
-        let memory = RequestMemory::from_config(&broker.config);
+        let memory = RequestMemory::from_settings(&broker.settings);
         // Override host names are resolved here, off the async threads.
-        let config = broker.config.clone();
+        let settings = broker.settings.clone();
         let connections =
-            tokio::task::spawn_blocking(move || ConnectionLimits::from_config(&config))
+            tokio::task::spawn_blocking(move || ConnectionLimits::from_settings(&settings))
                 .await
                 .map_err(|e| io("start-up task", std::io::Error::other(e)))??;
         tracing::debug!(

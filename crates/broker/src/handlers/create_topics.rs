@@ -163,7 +163,7 @@ fn requested_partitions(
             if !t.assignments.is_empty() {
                 t.assignments.len() as i64
             } else if t.num_partitions == -1 {
-                i64::from(broker.config.int("num.partitions"))
+                i64::from(broker.settings.num_partitions)
             } else {
                 i64::from(t.num_partitions.max(0))
             }

@@ -97,7 +97,7 @@ pub(crate) fn handle(
         tracing::debug!(reason = %why, "invalid DescribeTopicPartitions request");
         return error_response(&req, ResponseError::InvalidRequest);
     }
-    let configured = broker.config.int("max.request.partition.size.limit");
+    let configured = broker.settings.max_request_partition_size_limit;
     let mut remaining = req.response_partition_limit.min(configured).max(1);
     let mut resp = DescribeTopicPartitionsResponse::default();
     for name in &topics {

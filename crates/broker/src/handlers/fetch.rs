@@ -107,7 +107,7 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -
         i64::MAX
     };
     if !follower {
-        let cap = broker.config.int("fetch.max.bytes");
+        let cap = broker.settings.fetch_max_bytes;
         if cap > 0 {
             max_bytes = max_bytes.min(i64::from(cap));
         }
