@@ -51,8 +51,8 @@ pub struct Broker {
     pub(crate) logs: Arc<LogManager>,
     pub(crate) metadata: MetadataStore,
     pub(crate) defaults: LogConfig,
-    /// Woken after every append, for long-polling fetches.
-    pub(crate) appended: tokio::sync::Notify,
+    /// The partitions this node leads (the partition layer).
+    pub(crate) partitions: crate::partition::Partitions,
     /// Consumer group coordinators (one shard per `__consumer_offsets`
     /// partition).
     pub(crate) groups: crate::groups::Groups,
@@ -107,11 +107,12 @@ impl Broker {
             logs,
             metadata,
             defaults,
-            appended: tokio::sync::Notify::new(),
+            partitions: crate::partition::Partitions::default(),
             fetch_sessions,
             groups,
         });
         broker.reconcile_logs()?;
+        broker.sync_partitions();
         broker
             .groups
             .load_all(&broker)
@@ -155,13 +156,30 @@ impl Broker {
             && partition.replicas.contains(&replica_id)
     }
 
-    /// The log of a topic partition; never the metadata log, which is not
+    /// A partition this node leads; never the metadata log, which is not
     /// a topic clients can name.
-    pub(crate) fn log(&self, topic: &str, partition: i32) -> Option<Arc<Log>> {
+    pub(crate) fn partition(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Option<Arc<crate::partition::Partition>> {
         if crate::internal_topics::is_hidden(topic) {
             return None;
         }
-        self.logs.get(&TopicPartition::new(topic, partition))
+        self.partitions.get(topic, partition)
+    }
+
+    /// The log of a partition this node leads.
+    pub(crate) fn log(&self, topic: &str, partition: i32) -> Option<Arc<Log>> {
+        self.partition(topic, partition)
+            .map(|p| Arc::clone(p.log()))
+    }
+
+    /// Leads what the metadata image says this node leads.
+    fn sync_partitions(&self) {
+        let image = self.image();
+        self.partitions
+            .sync(&image, self.node_id, |tp| self.logs.get(tp));
     }
 
     /// Validates and creates a topic for a client (CreateTopics, auto
@@ -255,6 +273,7 @@ impl Broker {
             self.create_partition_log(&tp, topic_id, log_config.clone())
                 .map_err(internal)?;
         }
+        self.sync_partitions();
         tracing::info!(topic = name, partitions, "created topic");
         image
             .topic(name)
@@ -335,6 +354,7 @@ impl Broker {
             self.create_partition_log(&TopicPartition::new(name, p), t.id, config.clone())
                 .map_err(internal)?;
         }
+        self.sync_partitions();
         Ok(())
     }
 
@@ -354,6 +374,7 @@ impl Broker {
         self.metadata
             .append(&[MetadataRecord::RemoveTopic { topic_id: t.id }])
             .map_err(internal)?;
+        self.sync_partitions();
         for &p in t.partitions.keys() {
             self.logs
                 .delete(&TopicPartition::new(name, p))

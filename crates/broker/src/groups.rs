@@ -29,24 +29,31 @@ use sluice_coordinator::offsets::{
 };
 use sluice_protocol::record::codec::decode_batch;
 use sluice_protocol::record::{BatchBuilder, Compression, Record};
-use sluice_storage::{Log, ReplayEvent};
+use sluice_storage::ReplayEvent;
 use tokio::sync::oneshot;
 
 use crate::broker::{ApiError, Broker, CONSUMER_OFFSETS_TOPIC};
+use crate::partition::Partition;
 
 /// One `__consumer_offsets` partition's coordinator state.
 #[derive(Debug)]
 pub(crate) struct Shard {
     pub groups: GroupCoordinator,
     pub offsets: OffsetStore,
-    log: Arc<Log>,
+    /// The `__consumer_offsets` partition, through the partition layer.
+    partition: Arc<Partition>,
 }
+
+/// A shard's place: empty until the partition is loaded. Loading holds
+/// only this slot's lock, so loading one partition never blocks requests
+/// for groups of other partitions.
+type Slot = Arc<Mutex<Option<Arc<Mutex<Shard>>>>>;
 
 /// All shards, the parked responses and the timer wake-up.
 #[derive(Debug)]
 pub(crate) struct Groups {
     partitions: i32,
-    shards: Mutex<HashMap<i32, Arc<Mutex<Shard>>>>,
+    shards: Mutex<HashMap<i32, Slot>>,
     parked: Mutex<HashMap<u64, oneshot::Sender<GroupResponse>>>,
     next_token: AtomicU64,
     /// Wakes the timer task when a deadline may have moved earlier.
@@ -120,20 +127,45 @@ impl Groups {
     }
 
     fn shard_at(&self, broker: &Broker, partition: i32) -> Result<Arc<Mutex<Shard>>, ApiError> {
-        if let Some(s) = lock(&self.shards).get(&partition) {
-            return Ok(Arc::clone(s));
+        let slot = Arc::clone(lock(&self.shards).entry(partition).or_default());
+        if let Ok(loaded) = slot.try_lock() {
+            if let Some(shard) = loaded.as_ref() {
+                return Ok(Arc::clone(shard));
+            }
         }
-        broker.ensure_offsets_topic(self.partitions)?;
-        let log = broker
-            .log(CONSUMER_OFFSETS_TOPIC, partition)
-            .ok_or_else(|| ApiError::code(ResponseError::CoordinatorNotAvailable))?;
-        let mut shards = lock(&self.shards);
-        if let Some(s) = shards.get(&partition) {
-            return Ok(Arc::clone(s));
-        }
-        let shard = Arc::new(Mutex::new(self.load(log)?));
-        shards.insert(partition, Arc::clone(&shard));
-        Ok(shard)
+        // Creating the topic and replaying the partition wait on the disk
+        // (and on a concurrent load of the same partition).
+        crate::blocking::in_place(|| {
+            let mut loaded = lock(&slot);
+            if let Some(shard) = loaded.as_ref() {
+                return Ok(Arc::clone(shard));
+            }
+            broker.ensure_offsets_topic(self.partitions)?;
+            let part = broker
+                .partition(CONSUMER_OFFSETS_TOPIC, partition)
+                .ok_or_else(|| ApiError::code(ResponseError::CoordinatorNotAvailable))?;
+            let shard = Arc::new(Mutex::new(self.load(part)?));
+            *loaded = Some(Arc::clone(&shard));
+            Ok(shard)
+        })
+    }
+
+    /// Every loaded shard, in partition order; shards being loaded are
+    /// left out (they have no state yet).
+    fn loaded(&self) -> Vec<Arc<Mutex<Shard>>> {
+        let slots: Vec<(i32, Slot)> = lock(&self.shards)
+            .iter()
+            .map(|(p, s)| (*p, Arc::clone(s)))
+            .collect();
+        let mut out: Vec<(i32, Arc<Mutex<Shard>>)> = slots
+            .into_iter()
+            .filter_map(|(p, slot)| {
+                let loaded = slot.try_lock().ok()?;
+                loaded.as_ref().map(|s| (p, Arc::clone(s)))
+            })
+            .collect();
+        out.sort_by_key(|(p, _)| *p);
+        out.into_iter().map(|(_, s)| s).collect()
     }
 
     /// Loads every existing partition (at start, when the topic exists).
@@ -155,7 +187,8 @@ impl Groups {
     }
 
     /// Replays one partition into a fresh shard.
-    fn load(&self, log: Arc<Log>) -> Result<Shard, ApiError> {
+    fn load(&self, partition: Arc<Partition>) -> Result<Shard, ApiError> {
+        let log = Arc::clone(partition.log());
         let mut groups = GroupCoordinator::new(self.config.clone());
         let mut offsets = OffsetStore::new(self.offset_config);
         groups.begin_load();
@@ -216,10 +249,10 @@ impl Groups {
         let mut shard = Shard {
             groups,
             offsets,
-            log,
+            partition,
         };
         let effects = shard.groups.complete_load(now_ms());
-        tracing::debug!(partition = %shard.log.topic_partition(), records = count, "loaded group coordinator partition");
+        tracing::debug!(partition = %shard.partition.topic_partition(), records = count, "loaded group coordinator partition");
         self.apply(&mut shard, effects)?;
         Ok(shard)
     }
@@ -270,10 +303,10 @@ impl Groups {
             records.iter().map(|r| r.to_record()).collect();
         let appended = records
             .map_err(internal)
-            .and_then(|records| append(&shard.log, &records));
+            .and_then(|records| append(&shard.partition, &records));
         if let Err(e) = appended {
             tracing::error!(error = ?e, "appending group records failed; reloading the partition");
-            let log = Arc::clone(&shard.log);
+            let partition = Arc::clone(&shard.partition);
             let unloaded = shard.groups.unload(now_ms());
             // Requests parked in the old state get NOT_COORDINATOR instead
             // of waiting forever; so do those of these effects.
@@ -284,7 +317,7 @@ impl Groups {
                     .map(|(t, r)| (t, not_coordinator(r)))
                     .collect(),
             );
-            *shard = self.load(log)?;
+            *shard = self.load(partition)?;
             return Err(e);
         }
         self.wake.notify_one();
@@ -304,10 +337,7 @@ impl Groups {
 
     /// Every loaded shard (ListGroups), in partition order.
     pub(crate) fn loaded_shards(&self) -> Vec<Arc<Mutex<Shard>>> {
-        let shards = lock(&self.shards);
-        let mut keys: Vec<i32> = shards.keys().copied().collect();
-        keys.sort_unstable();
-        keys.iter().filter_map(|k| shards.get(k).cloned()).collect()
+        self.loaded()
     }
 
     /// Appends offset records, then applies them to the store.
@@ -316,7 +346,7 @@ impl Groups {
         shard: &mut Shard,
         records: &[OffsetsRecord],
     ) -> Result<(), ApiError> {
-        append(&shard.log, records)?;
+        append(&shard.partition, records)?;
         shard.offsets.apply(records).map_err(internal)
     }
 
@@ -325,7 +355,7 @@ impl Groups {
     /// `offsets.retention.check.interval.ms`); returns how many offsets
     /// expired.
     pub(crate) fn expire_offsets(&self, now: i64) -> usize {
-        let shards: Vec<Arc<Mutex<Shard>>> = lock(&self.shards).values().cloned().collect();
+        let shards = self.loaded();
         let mut expired = 0;
         for s in shards {
             let mut shard = lock(&s);
@@ -400,7 +430,7 @@ impl Groups {
     /// least a full millisecond after its JoinGroup response to send
     /// SyncGroup, whatever else wakes this task.
     fn tick_all(&self) -> Duration {
-        let shards: Vec<Arc<Mutex<Shard>>> = lock(&self.shards).values().cloned().collect();
+        let shards = self.loaded();
         let now = now_ms() - 1;
         let mut next = now + 1_000;
         for s in shards {
@@ -451,8 +481,9 @@ pub(crate) async fn run_timers(broker: Arc<Broker>, mut stop: tokio::sync::watch
     }
 }
 
-/// Appends `records` to a `__consumer_offsets` partition as one batch.
-fn append(log: &Log, records: &[OffsetsRecord]) -> Result<(), ApiError> {
+/// Appends `records` to a `__consumer_offsets` partition as one batch,
+/// through the partition layer (leader epoch, high watermark, wake-ups).
+fn append(partition: &Partition, records: &[OffsetsRecord]) -> Result<(), ApiError> {
     if records.is_empty() {
         return Ok(());
     }
@@ -461,10 +492,10 @@ fn append(log: &Log, records: &[OffsetsRecord]) -> Result<(), ApiError> {
     for r in records {
         b.push(Record::new(Some(r.key.clone()), r.value.clone(), now));
     }
-    let mut bytes = b.build(0).map_err(internal)?;
-    log.append_as_leader(&mut bytes, 0)
+    let bytes = b.build(0).map_err(internal)?;
+    partition
+        .append_for_coordinator(bytes)
         .map_err(|e| crate::handlers::errors::storage_error(&e))?;
-    log.set_high_watermark(log.log_end_offset());
     Ok(())
 }
 

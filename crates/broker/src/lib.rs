@@ -13,11 +13,17 @@
 //! - `limits`: bytes held by requests across connections
 //!   (`queued.max.request.bytes`), `max.connections`,
 //!   `max.connections.per.ip`.
+//! - `partition`: the partition layer, the one owner of each led
+//!   partition's leader state (log, leader epoch, ISR, high watermark,
+//!   parked fetches); every append goes through it.
+//! - `groups`: the group coordinator runtime over `sluice-coordinator`.
+//! - `blocking`: disk work kept off the async workers.
 //! - `handlers`: one file per Kafka API (decode, delegate, respond), each
 //!   declaring the versions it implements; `handlers::errors` maps storage
 //!   and broker errors to Kafka error codes in one place.
 
 mod alloc;
+mod blocking;
 pub mod broker;
 pub mod config;
 mod connection;
@@ -27,6 +33,7 @@ mod groups;
 mod handlers;
 pub mod internal_topics;
 mod limits;
+mod partition;
 mod reconcile;
 pub mod server;
 

@@ -106,8 +106,6 @@ impl Broker {
                 {
                     partition_metadata::write(log.dir(), *t.id.as_bytes())?;
                 }
-                // One node: everything on disk is replicated.
-                log.set_high_watermark(log.log_end_offset());
             }
         }
         Ok(())

@@ -32,6 +32,13 @@ use crate::snapshot::{self, SnapshotFile, SnapshotId};
 /// Name of the metadata topic.
 pub const METADATA_TOPIC: &str = sluice_storage::CLUSTER_METADATA_TOPIC;
 
+/// The metadata log's leader epoch: the quorum's epoch. A single node is a
+/// one-voter quorum whose only leader never changes; with Raft (the cluster
+/// work) the epoch comes from the elected leader's term. The metadata log is
+/// the controller's and is not replicated by the broker's partition layer
+/// (design 011).
+pub const QUORUM_LEADER_EPOCH: i32 = 0;
+
 /// How often old snapshots are checked against the retention limits (as
 /// Kafka's `RaftMetadataLogCleanerManager`), besides after every snapshot.
 const CLEAN_INTERVAL: Duration = Duration::from_secs(60);
@@ -501,8 +508,10 @@ impl Inner {
         let mut bytes = b.build(0)?;
         let size = bytes.len() as u64;
         let _a = lock(&self.append_lock);
-        let info = self.log.append_as_leader(&mut bytes, 0)?;
+        let info = self.log.append_as_leader(&mut bytes, QUORUM_LEADER_EPOCH)?;
         self.log.flush()?;
+        // Committed: on a one-voter quorum a record is committed once it
+        // is on this voter's disk.
         self.log.set_high_watermark(self.log.log_end_offset());
         let image = {
             let mut applied = lock(&self.image);

@@ -31,11 +31,14 @@ fn undecodable_batches_and_records_are_skipped_and_the_rest_loads() {
     let broker = open_broker(dir.path(), &overrides);
     broker.create_topic("t", 1, 1, &[], false).expect("create");
     broker.ensure_offsets_topic(1).expect("offsets topic");
-    let log = broker.log(CONSUMER_OFFSETS_TOPIC, 0).expect("log");
-    append(&log, &commit_records("before", 5)).expect("append");
+    let part = broker
+        .partition(CONSUMER_OFFSETS_TOPIC, 0)
+        .expect("partition");
+    let log = Arc::clone(part.log());
+    append(&part, &commit_records("before", 5)).expect("append");
     // A record whose key is no known schema.
     append(
-        &log,
+        &part,
         &[OffsetsRecord {
             key: vec![0, 99, 1, 2],
             value: Some(vec![1]),
@@ -57,7 +60,7 @@ fn undecodable_batches_and_records_are_skipped_and_the_rest_loads() {
     assert_eq!(log.segment_count(), 1);
     let pos = log.size_in_bytes() as usize;
     log.append_as_leader(&mut bytes, 0).expect("append");
-    append(&log, &commit_records("after", 7)).expect("append");
+    append(&part, &commit_records("after", 7)).expect("append");
     broker.shutdown().expect("shutdown");
     let segment = log.dir().join("00000000000000000000.log");
     let mut file = std::fs::read(&segment).expect("read segment");
@@ -67,7 +70,7 @@ fn undecodable_batches_and_records_are_skipped_and_the_rest_loads() {
     stored[17..21].copy_from_slice(&crc.to_be_bytes());
     assert!(decode_batch(stored, 1 << 20).is_err());
     std::fs::write(&segment, &file).expect("write segment");
-    drop((log, broker));
+    drop((log, part, broker));
 
     let broker = open_broker(dir.path(), &overrides);
     let shard = broker.groups.shard(&broker, "before").expect("shard");

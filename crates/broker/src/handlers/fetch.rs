@@ -35,7 +35,7 @@ use sluice_controller::MetadataImage;
 use sluice_storage::{FileRegion, ReadLimit};
 
 use super::errors::storage_error;
-use super::{encode_frame, malformed, Ctx};
+use super::{encode_frame, malformed, Ctx, Reply};
 use crate::broker::Broker;
 use crate::connection::{Chunk, Response};
 use crate::error::Result;
@@ -68,7 +68,14 @@ fn is_placeholder(b: &[u8]) -> bool {
     !b.is_empty() && b.as_ptr() == placeholder_buffer().as_ptr()
 }
 
-pub(crate) async fn handle(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Response> {
+pub(crate) async fn handle(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Reply {
+    match fetch(broker, req, ctx).await {
+        Ok(response) => Reply::Frame(response),
+        Err(e) => Reply::Close(format!("fetch response: {e}")),
+    }
+}
+
+async fn fetch(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Response> {
     let version = ctx.version;
     let replica_id = if version >= REPLICA_STATE_VERSION {
         req.replica_state.replica_id.0
@@ -112,7 +119,7 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -
             max_bytes = max_bytes.min(i64::from(cap));
         }
     }
-    let opts = ReadOptions {
+    let opts = Arc::new(ReadOptions {
         replica_id: claims_replica.then_some(replica_id),
         limit: if follower {
             ReadLimit::LogEnd
@@ -122,24 +129,35 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -
         max_bytes,
         read_committed: req.isolation_level == READ_COMMITTED,
         version,
-    };
+    });
     let min_bytes = i64::from(req.min_bytes.max(0));
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let deadline = tokio::time::Instant::now() + wait;
+    let parts: Arc<[PartitionRequest]> = fctx.partitions().into();
+    // Parked on the requested partitions once a read falls short of
+    // min_bytes; their appends wake it (the partition layer's wake-ups).
+    let waker = Arc::new(tokio::sync::Notify::new());
+    let mut parked = false;
     let reads = loop {
-        // Register for the wake-up before reading, so an append between the
-        // read and the wait is not missed.
-        let appended = broker.appended.notified();
-        tokio::pin!(appended);
-        appended.as_mut().enable();
-        let reads = read(broker, fctx.partitions(), &opts);
-        let satisfied = fctx.partitions().is_empty() || reads.bytes >= min_bytes || reads.errors;
+        // Enabled before reading, so a wake-up between the read and the
+        // wait is not missed.
+        let woken = waker.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let reads = read_off_workers(broker, &parts, &opts).await;
+        let satisfied = parts.is_empty() || reads.bytes >= min_bytes || reads.errors;
         if satisfied || tokio::time::Instant::now() >= deadline {
             break reads;
         }
+        if !parked {
+            park(broker, &parts, &waker);
+            parked = true;
+            // Read again: data may have arrived before the parking.
+            continue;
+        }
         tokio::select! {
-            () = appended => {}
-            () = tokio::time::sleep_until(deadline) => break read(broker, fctx.partitions(), &opts),
+            () = woken => {}
+            () = tokio::time::sleep_until(deadline) => break read_off_workers(broker, &parts, &opts).await,
         }
     };
     let outcomes: Vec<PartitionOutcome> = reads.parts.iter().map(|p| p.outcome).collect();
@@ -239,6 +257,31 @@ struct Reads {
     bytes: i64,
     /// Whether any partition had an error.
     errors: bool,
+}
+
+/// Registers `waker` with every requested partition this node leads.
+fn park(broker: &Broker, parts: &[PartitionRequest], waker: &Arc<tokio::sync::Notify>) {
+    let image = broker.image();
+    for p in parts {
+        let name = match &p.key.topic {
+            TopicKey::Name(n) => Some(n.as_str()),
+            TopicKey::Id(id) => image.topic_by_id(id).map(|t| t.name.as_str()),
+        };
+        if let Some(partition) = name.and_then(|n| broker.partition(n, p.key.partition)) {
+            partition.park_fetch(waker);
+        }
+    }
+}
+
+/// [`read`] on the blocking pool: it reads indexes, batch headers and small
+/// regions from segment files.
+async fn read_off_workers(
+    broker: &Arc<Broker>,
+    parts: &Arc<[PartitionRequest]>,
+    opts: &Arc<ReadOptions>,
+) -> Reads {
+    let (broker, parts, opts) = (Arc::clone(broker), Arc::clone(parts), Arc::clone(opts));
+    crate::blocking::on_pool(move || read(&broker, &parts, &opts)).await
 }
 
 /// One pass over the partitions, in order, sharing the response budget.

@@ -44,11 +44,21 @@ use crate::broker::Broker;
 use crate::connection::Response;
 use crate::error::{BrokerError, Result};
 
-/// Declares, once, every implemented API: its handler module and request
-/// type. Generates `SUPPORTED` (what ApiVersions advertises) and the
-/// decoded-request enum.
+/// Declares, once, every implemented API: its handler module, request
+/// type, and how its handler runs. Generates `SUPPORTED` (what ApiVersions
+/// advertises), the decoded-request enum and the dispatch.
+///
+/// Every handler is `handle(&Arc<Broker>, Request, &Ctx)` returning a
+/// response type or a [`Reply`] (through [`IntoReply`]); how it runs:
+/// - `inline`: in memory only; runs on the connection's task.
+/// - `blocking`: touches the disk (metadata fsyncs, folder changes, segment
+///   reads and deletions, statvfs); runs on the blocking pool so a slow
+///   disk never stalls the async workers.
+/// - `async`: an `async fn` that waits on something (appends through the
+///   partition layer, parked fetches, rebalances) and keeps its own disk
+///   work off the async workers.
 macro_rules! apis {
-    ($($key:ident => $module:ident, $req:ident;)*) => {
+    ($($key:ident => $module:ident, $req:ident, $mode:ident;)*) => {
         /// Every implemented API with its version range.
         pub(crate) const SUPPORTED: &[(ApiKey, (i16, i16))] =
             &[$((ApiKey::$key, $module::VERSIONS)),*];
@@ -65,38 +75,91 @@ macro_rules! apis {
                 other => Err(malformed(format!("API {other:?} is not implemented"))),
             }
         }
+
+        /// Runs the request's handler.
+        async fn dispatch(broker: &Arc<Broker>, req: Request, ctx: Ctx) -> Result<Reply> {
+            match req {
+                $(Request::$key(req) => run!($mode, $module, broker, req, ctx),)*
+            }
+        }
+    };
+}
+
+/// One handler call, by how it runs (see [`apis!`]).
+macro_rules! run {
+    (inline, $module:ident, $broker:ident, $req:ident, $ctx:ident) => {
+        $module::handle($broker, $req, &$ctx).into_reply(&$ctx)
+    };
+    (blocking, $module:ident, $broker:ident, $req:ident, $ctx:ident) => {{
+        let broker = Arc::clone($broker);
+        crate::blocking::on_pool(move || $module::handle(&broker, $req, &$ctx).into_reply(&$ctx))
+            .await
+    }};
+    (async, $module:ident, $broker:ident, $req:ident, $ctx:ident) => {
+        $module::handle($broker, $req, &$ctx)
+            .await
+            .into_reply(&$ctx)
     };
 }
 
 apis! {
-    Produce => produce, ProduceRequest;
-    Fetch => fetch, FetchRequest;
-    ListOffsets => list_offsets, ListOffsetsRequest;
-    Metadata => metadata, MetadataRequest;
-    SaslHandshake => sasl_handshake, SaslHandshakeRequest;
-    ApiVersions => api_versions, ApiVersionsRequest;
-    CreateTopics => create_topics, CreateTopicsRequest;
-    DeleteTopics => delete_topics, DeleteTopicsRequest;
-    DeleteRecords => delete_records, DeleteRecordsRequest;
-    OffsetForLeaderEpoch => offset_for_leader_epoch, OffsetForLeaderEpochRequest;
-    DescribeConfigs => describe_configs, DescribeConfigsRequest;
-    AlterConfigs => alter_configs, AlterConfigsRequest;
-    DescribeLogDirs => describe_log_dirs, DescribeLogDirsRequest;
-    CreatePartitions => create_partitions, CreatePartitionsRequest;
-    IncrementalAlterConfigs => incremental_alter_configs, IncrementalAlterConfigsRequest;
-    DescribeCluster => describe_cluster, DescribeClusterRequest;
-    FindCoordinator => find_coordinator, FindCoordinatorRequest;
-    JoinGroup => join_group, JoinGroupRequest;
-    SyncGroup => sync_group, SyncGroupRequest;
-    Heartbeat => heartbeat, HeartbeatRequest;
-    LeaveGroup => leave_group, LeaveGroupRequest;
-    DescribeGroups => describe_groups, DescribeGroupsRequest;
-    ListGroups => list_groups, ListGroupsRequest;
-    DeleteGroups => delete_groups, DeleteGroupsRequest;
-    OffsetCommit => offset_commit, OffsetCommitRequest;
-    OffsetFetch => offset_fetch, OffsetFetchRequest;
-    OffsetDelete => offset_delete, OffsetDeleteRequest;
-    DescribeTopicPartitions => describe_topic_partitions, DescribeTopicPartitionsRequest;
+    Produce => produce, ProduceRequest, async;
+    Fetch => fetch, FetchRequest, async;
+    ListOffsets => list_offsets, ListOffsetsRequest, blocking;
+    Metadata => metadata, MetadataRequest, blocking;
+    SaslHandshake => sasl_handshake, SaslHandshakeRequest, inline;
+    ApiVersions => api_versions, ApiVersionsRequest, inline;
+    CreateTopics => create_topics, CreateTopicsRequest, blocking;
+    DeleteTopics => delete_topics, DeleteTopicsRequest, blocking;
+    DeleteRecords => delete_records, DeleteRecordsRequest, blocking;
+    OffsetForLeaderEpoch => offset_for_leader_epoch, OffsetForLeaderEpochRequest, inline;
+    DescribeConfigs => describe_configs, DescribeConfigsRequest, inline;
+    AlterConfigs => alter_configs, AlterConfigsRequest, blocking;
+    DescribeLogDirs => describe_log_dirs, DescribeLogDirsRequest, blocking;
+    CreatePartitions => create_partitions, CreatePartitionsRequest, blocking;
+    IncrementalAlterConfigs => incremental_alter_configs, IncrementalAlterConfigsRequest, blocking;
+    DescribeCluster => describe_cluster, DescribeClusterRequest, inline;
+    FindCoordinator => find_coordinator, FindCoordinatorRequest, inline;
+    JoinGroup => join_group, JoinGroupRequest, async;
+    SyncGroup => sync_group, SyncGroupRequest, async;
+    Heartbeat => heartbeat, HeartbeatRequest, inline;
+    LeaveGroup => leave_group, LeaveGroupRequest, inline;
+    DescribeGroups => describe_groups, DescribeGroupsRequest, inline;
+    ListGroups => list_groups, ListGroupsRequest, inline;
+    DeleteGroups => delete_groups, DeleteGroupsRequest, inline;
+    OffsetCommit => offset_commit, OffsetCommitRequest, inline;
+    OffsetFetch => offset_fetch, OffsetFetchRequest, inline;
+    OffsetDelete => offset_delete, OffsetDeleteRequest, inline;
+    DescribeTopicPartitions => describe_topic_partitions, DescribeTopicPartitionsRequest, inline;
+}
+
+/// What a handler answers.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    /// A response frame: bytes, and segment file regions sent zero-copy.
+    Frame(Response),
+    /// No response is due (acks=0).
+    Nothing,
+    /// Close the connection (the reason is logged).
+    Close(String),
+}
+
+/// A handler's result as a [`Reply`]: a response type is encoded at the
+/// request's version.
+pub(crate) trait IntoReply {
+    fn into_reply(self, ctx: &Ctx) -> Result<Reply>;
+}
+
+impl<R: Encodable> IntoReply for R {
+    fn into_reply(self, ctx: &Ctx) -> Result<Reply> {
+        ctx.encode(&self).map(Reply::Frame)
+    }
+}
+
+impl IntoReply for Reply {
+    fn into_reply(self, _ctx: &Ctx) -> Result<Reply> {
+        Ok(self)
+    }
 }
 
 fn supported(key: ApiKey) -> Option<(i16, i16)> {
@@ -160,7 +223,7 @@ pub(crate) fn parse(mut frame: Bytes) -> Result<Parsed> {
 }
 
 /// Handles one request frame from `peer`; `None` when no response is due
-/// (acks=0).
+/// (acks=0). An error closes the connection.
 pub(crate) async fn handle(
     broker: &Arc<Broker>,
     frame: Bytes,
@@ -175,47 +238,10 @@ pub(crate) async fn handle(
         Parsed::Request(ctx, req) => (ctx, *req),
     };
     ctx.peer = peer;
-    match req {
-        Request::ApiVersions(req) => ctx.respond(&api_versions::handle(broker, req, &ctx)),
-        Request::Metadata(req) => ctx.respond(&metadata::handle(broker, req, &ctx)),
-        Request::Produce(req) => match produce::handle(broker, req, &ctx) {
-            produce::Outcome::Respond(resp) => ctx.respond(&resp),
-            produce::Outcome::Silent => Ok(None),
-            produce::Outcome::Close(why) => Err(malformed(why)),
-        },
-        Request::Fetch(req) => fetch::handle(broker, req, &ctx).await.map(Some),
-        Request::ListOffsets(req) => ctx.respond(&list_offsets::handle(broker, req, &ctx)),
-        Request::CreateTopics(req) => ctx.respond(&create_topics::handle(broker, req, &ctx)),
-        Request::DeleteTopics(req) => ctx.respond(&delete_topics::handle(broker, req, &ctx)),
-        Request::SaslHandshake(req) => ctx.respond(&sasl_handshake::handle(req)),
-        Request::CreatePartitions(req) => {
-            ctx.respond(&create_partitions::handle(broker, req, &ctx))
-        }
-        Request::DeleteRecords(req) => ctx.respond(&delete_records::handle(broker, req, &ctx)),
-        Request::DescribeConfigs(req) => ctx.respond(&describe_configs::handle(broker, req, &ctx)),
-        Request::AlterConfigs(req) => ctx.respond(&alter_configs::handle(broker, req, &ctx)),
-        Request::IncrementalAlterConfigs(req) => {
-            ctx.respond(&incremental_alter_configs::handle(broker, req, &ctx))
-        }
-        Request::DescribeCluster(req) => ctx.respond(&describe_cluster::handle(broker, req, &ctx)),
-        Request::DescribeLogDirs(req) => ctx.respond(&describe_log_dirs::handle(broker, req, &ctx)),
-        Request::OffsetForLeaderEpoch(req) => {
-            ctx.respond(&offset_for_leader_epoch::handle(broker, req, &ctx))
-        }
-        Request::FindCoordinator(req) => ctx.respond(&find_coordinator::handle(broker, req, &ctx)),
-        Request::JoinGroup(req) => ctx.respond(&join_group::handle(broker, req, &ctx).await),
-        Request::SyncGroup(req) => ctx.respond(&sync_group::handle(broker, req, &ctx).await),
-        Request::Heartbeat(req) => ctx.respond(&heartbeat::handle(broker, req, &ctx)),
-        Request::LeaveGroup(req) => ctx.respond(&leave_group::handle(broker, req, &ctx)),
-        Request::DescribeGroups(req) => ctx.respond(&describe_groups::handle(broker, req, &ctx)),
-        Request::ListGroups(req) => ctx.respond(&list_groups::handle(broker, req, &ctx)),
-        Request::DeleteGroups(req) => ctx.respond(&delete_groups::handle(broker, req, &ctx)),
-        Request::OffsetCommit(req) => ctx.respond(&offset_commit::handle(broker, req, &ctx)),
-        Request::OffsetFetch(req) => ctx.respond(&offset_fetch::handle(broker, req, &ctx)),
-        Request::OffsetDelete(req) => ctx.respond(&offset_delete::handle(broker, req, &ctx)),
-        Request::DescribeTopicPartitions(req) => {
-            ctx.respond(&describe_topic_partitions::handle(broker, req, &ctx))
-        }
+    match dispatch(broker, req, ctx).await? {
+        Reply::Frame(response) => Ok(Some(response)),
+        Reply::Nothing => Ok(None),
+        Reply::Close(why) => Err(malformed(why)),
     }
 }
 
@@ -226,7 +252,7 @@ pub fn decode_request(frame: &[u8]) -> Result<()> {
 }
 
 /// What a handler knows about the request it serves.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Ctx {
     pub api_key: ApiKey,
     pub version: i16,
@@ -237,13 +263,14 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
-    fn respond<R: Encodable>(&self, resp: &R) -> Result<Option<Response>> {
+    /// The response frame of `resp` at the request's version.
+    fn encode<R: Encodable>(&self, resp: &R) -> Result<Response> {
         encode_frame(
             self.correlation_id,
             self.api_key.response_header_version(self.version),
             |buf| resp.encode(buf, self.version),
         )
-        .map(|b| Some(b.into()))
+        .map(Response::from)
     }
 }
 
@@ -295,6 +322,16 @@ pub(crate) mod test_support {
             c.set(k, v).expect("override");
         }
         Broker::open(c).expect("open broker")
+    }
+
+    /// Runs a handler future to completion on a current-thread runtime
+    /// (for handler tests written as plain `#[test]`s).
+    pub(crate) fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(f)
     }
 
     pub(crate) fn ctx(api_key: ApiKey, version: i16) -> Ctx {
@@ -356,10 +393,10 @@ pub(crate) mod test_support {
         Some(out)
     }
 
-    /// Appends `count` one-record batches to a partition (leader epoch 0)
-    /// and moves the high watermark to the log end, as Produce does.
+    /// Appends `count` one-record batches to a partition through the
+    /// partition layer (its leader epoch; the high watermark follows).
     pub(crate) fn append(broker: &Broker, topic: &str, partition: i32, count: usize) {
-        let log = broker.log(topic, partition).expect("log");
+        let part = broker.partition(topic, partition).expect("partition");
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -370,10 +407,9 @@ pub(crate) mod test_support {
                 Some(vec![b'v'; 100]),
                 now,
             ));
-            let mut bytes = b.build(0).expect("batch");
-            log.append_as_leader(&mut bytes, 0).expect("append");
+            let bytes = b.build(0).expect("batch");
+            part.append_for_coordinator(bytes).expect("append");
         }
-        log.set_high_watermark(log.log_end_offset());
     }
 }
 

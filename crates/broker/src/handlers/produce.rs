@@ -30,6 +30,7 @@ use sluice_storage::{AppendOrigin, RecordError, StorageError};
 use super::errors::storage_error;
 use super::Ctx;
 use crate::broker::{ApiError, Broker};
+use crate::partition::{Acks, AppendError, Partition};
 
 pub(crate) const VERSIONS: (i16, i16) = (3, 12);
 
@@ -44,10 +45,23 @@ pub(crate) enum Outcome {
     Close(String),
 }
 
-pub(crate) fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx) -> Outcome {
+impl super::IntoReply for Outcome {
+    fn into_reply(self, ctx: &Ctx) -> crate::error::Result<super::Reply> {
+        match self {
+            Outcome::Respond(resp) => resp.into_reply(ctx),
+            Outcome::Silent => Ok(super::Reply::Nothing),
+            Outcome::Close(why) => Ok(super::Reply::Close(why)),
+        }
+    }
+}
+
+pub(crate) async fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx) -> Outcome {
     let acks = req.acks;
     let mut first_error: Option<String> = None;
     let mut resp = ProduceResponse::default();
+    // acks=all: the partitions appended to and the offset the high
+    // watermark must reach, waited for once every partition is appended.
+    let mut replicated: Vec<(Arc<Partition>, i64)> = Vec::new();
     for td in req.topic_data {
         let name = td.name.0.to_string();
         let topic = crate::internal_topics::check_client_may_produce(&name).and_then(|()| {
@@ -71,11 +85,14 @@ pub(crate) fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx) -> Ou
             } else {
                 match &topic {
                     Err(e) => Err(Failure::request(e.clone())),
-                    Ok(_) => append(broker, &name, pd.index, pd.records, acks, ctx.version),
+                    Ok(_) => append(broker, &name, pd.index, pd.records, acks, ctx.version).await,
                 }
             };
             match result {
-                Ok(info) => {
+                Ok((partition, info)) => {
+                    if acks == -1 {
+                        replicated.push((partition, info.last_offset + 1));
+                    }
                     pr.base_offset = info.base_offset;
                     pr.log_append_time_ms = info.log_append_time;
                     if ctx.version >= 5 {
@@ -112,6 +129,9 @@ pub(crate) fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx) -> Ou
             tr.partition_responses.push(pr);
         }
         resp.responses.push(tr);
+    }
+    for (partition, offset) in replicated {
+        partition.wait_replicated(offset).await;
     }
     match (acks, first_error) {
         (0, None) => Outcome::Silent,
@@ -165,41 +185,34 @@ impl Failure {
     }
 }
 
-fn append(
+/// Appends one partition's records through the partition layer.
+async fn append(
     broker: &Broker,
     topic: &str,
     partition: i32,
     records: Option<bytes::Bytes>,
     acks: i16,
     version: i16,
-) -> Result<sluice_storage::AppendInfo, Failure> {
-    let log = broker
-        .log(topic, partition)
+) -> Result<(Arc<Partition>, sluice_storage::AppendInfo), Failure> {
+    let part = broker
+        .partition(topic, partition)
         .ok_or_else(|| Failure::request(ApiError::code(ResponseError::UnknownTopicOrPartition)))?;
+    let log = Arc::clone(part.log());
     let records = records.unwrap_or_default();
     check_records(&records, version).map_err(Failure::request)?;
-    let config = log.config();
-    if acks == -1 && config.min_insync_replicas > 1 {
-        return Err(Failure::from_log(
-            ApiError::new(
-                ResponseError::NotEnoughReplicas,
-                format!(
-                    "min.insync.replicas is {} but the partition has 1 in-sync replica",
-                    config.min_insync_replicas
-                ),
-            ),
-            log.log_start_offset(),
-        ));
-    }
-    let mut bytes = records.to_vec();
-    let info = match log.append_as_leader_from(&mut bytes, 0, AppendOrigin::Client) {
+    let acks = if acks == -1 { Acks::All } else { Acks::Leader };
+    let info = match part
+        .append(records.to_vec(), AppendOrigin::Client, acks)
+        .await
+    {
         Ok(info) => info,
-        Err(StorageError::RecordErrors {
+        Err(AppendError::Api(e)) => return Err(Failure::from_log(e, log.log_start_offset())),
+        Err(AppendError::Storage(StorageError::RecordErrors {
             kind,
             errors,
             total,
             message,
-        }) => {
+        })) => {
             let e = StorageError::RecordErrors {
                 kind,
                 errors: Vec::new(),
@@ -213,11 +226,11 @@ fn append(
                 error_message: Some(message),
             });
         }
-        Err(e) => return Err(Failure::from_log(storage_error(&e), log.log_start_offset())),
+        Err(AppendError::Storage(e)) => {
+            return Err(Failure::from_log(storage_error(&e), log.log_start_offset()))
+        }
     };
-    log.set_high_watermark(log.log_end_offset());
-    broker.appended.notify_waiters();
-    Ok(info)
+    Ok((part, info))
 }
 
 /// Kafka's `ProduceRequest.validateRecords` (v3+), before the append:
@@ -270,7 +283,7 @@ mod tests {
     use sluice_protocol::record::codec::{assemble, encode_record, BatchFields, ProducerInfo};
     use sluice_protocol::record::{BatchBuilder, Record};
 
-    use super::super::test_support::{ctx, open_broker, roundtrip};
+    use super::super::test_support::{block_on, ctx, open_broker, roundtrip};
     use super::*;
 
     fn now() -> i64 {
@@ -303,7 +316,7 @@ mod tests {
         req.acks = -1;
         req.timeout_ms = 1_000;
         req.topic_data = vec![td];
-        match handle(broker, req, &ctx(ApiKey::Produce, v)) {
+        match block_on(handle(broker, req, &ctx(ApiKey::Produce, v))) {
             Outcome::Respond(r) => roundtrip(&r, v),
             other => panic!("v{v}: {other:?}"),
         }

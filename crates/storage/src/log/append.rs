@@ -120,6 +120,26 @@ impl Log {
         Ok(info)
     }
 
+    /// Whether appending `bytes` more would likely wait on the disk: a roll
+    /// (full, aged or index-full active segment: seal, fsync, new files) or
+    /// an fsync due by `flush.messages`. Cheap and advisory, for callers
+    /// that move such appends off latency-sensitive threads; a plain append
+    /// only writes into the page cache.
+    pub fn append_may_block(&self, bytes: usize) -> bool {
+        let config = self.config();
+        let active = self.active_segment();
+        let non_empty = active.size() > 0;
+        let now = self.now_ms();
+        let full = non_empty && active.size() + bytes as u64 > config.segment_bytes;
+        let aged = non_empty
+            && active.time_waited_for_roll(now, now)
+                > config.max_segment_ms() - active.roll_jitter_ms();
+        let flush_due = config.flush_messages < i64::MAX
+            && self.unflushed_messages.load(Ordering::Acquire) + bytes as i64
+                >= config.flush_messages;
+        full || aged || flush_due || active.index_full()
+    }
+
     /// Rolls when the active segment cannot take `size` more bytes, has
     /// aged past `segment.ms` (less its jitter; on compacted topics at most
     /// `max.compaction.lag.ms`), has a full index, or cannot express
