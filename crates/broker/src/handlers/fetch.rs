@@ -119,7 +119,7 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Res
             max_bytes = max_bytes.min(i64::from(cap));
         }
     }
-    let opts = Arc::new(ReadOptions {
+    let opts = ReadOptions {
         replica_id: claims_replica.then_some(replica_id),
         limit: if follower {
             ReadLimit::LogEnd
@@ -129,11 +129,11 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Res
         max_bytes,
         read_committed: req.isolation_level == READ_COMMITTED,
         version,
-    });
+    };
     let min_bytes = i64::from(req.min_bytes.max(0));
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let deadline = tokio::time::Instant::now() + wait;
-    let parts: Arc<[PartitionRequest]> = fctx.partitions().into();
+    let parts = fctx.partitions();
     // Parked on the requested partitions once a read falls short of
     // min_bytes; their appends wake it (the partition layer's wake-ups).
     let waker = Arc::new(tokio::sync::Notify::new());
@@ -144,22 +144,23 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Res
         let woken = waker.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let reads = read_off_workers(broker, &parts, &opts).await;
+        let reads = read(broker, parts, &opts);
         let satisfied = parts.is_empty() || reads.bytes >= min_bytes || reads.errors;
         if satisfied || tokio::time::Instant::now() >= deadline {
             break reads;
         }
         if !parked {
-            park(broker, &parts, &waker);
+            park(broker, parts, &waker);
             parked = true;
             // Read again: data may have arrived before the parking.
             continue;
         }
         tokio::select! {
             () = woken => {}
-            () = tokio::time::sleep_until(deadline) => break read_off_workers(broker, &parts, &opts).await,
+            () = tokio::time::sleep_until(deadline) => break read(broker, parts, &opts),
         }
     };
+    let reads = copy_records(reads).await;
     let outcomes: Vec<PartitionOutcome> = reads.parts.iter().map(|p| p.outcome).collect();
     let done = cache.complete(&fctx, &outcomes, cache.now_ms());
     let mut resp = FetchResponse::default();
@@ -247,7 +248,12 @@ struct ReadOptions {
 /// a file region still to be sent (or already in `data.records`).
 struct PartitionRead {
     data: PartitionData,
+    /// Records sent from the segment file (zero-copy).
     region: Option<FileRegion>,
+    /// Records to read into `data.records` (a small region, or one too
+    /// large for a placeholder): copied by [`copy_records`] off the async
+    /// workers.
+    copy: Option<FileRegion>,
     outcome: PartitionOutcome,
 }
 
@@ -273,15 +279,30 @@ fn park(broker: &Broker, parts: &[PartitionRequest], waker: &Arc<tokio::sync::No
     }
 }
 
-/// [`read`] on the blocking pool: it reads indexes, batch headers and small
-/// regions from segment files.
-async fn read_off_workers(
-    broker: &Arc<Broker>,
-    parts: &Arc<[PartitionRequest]>,
-    opts: &Arc<ReadOptions>,
-) -> Reads {
-    let (broker, parts, opts) = (Arc::clone(broker), Arc::clone(parts), Arc::clone(opts));
-    crate::blocking::on_pool(move || read(&broker, &parts, &opts)).await
+/// Reads the records of regions that are copied rather than sent with
+/// `sendfile` into the response, on the blocking pool (file reads may wait
+/// on the disk). A failed read is that partition's KAFKA_STORAGE_ERROR.
+async fn copy_records(mut reads: Reads) -> Reads {
+    if reads.parts.iter().all(|p| p.copy.is_none()) {
+        return reads;
+    }
+    crate::blocking::on_pool(move || {
+        for p in &mut reads.parts {
+            let Some(r) = p.copy.take() else { continue };
+            match r.read_to_vec() {
+                Ok(v) => p.data.records = Some(Bytes::from(v)),
+                Err(e) => {
+                    tracing::error!(partition = p.data.partition_index, error = %e, "fetch read failed");
+                    p.data.error_code = ResponseError::KafkaStorageError.code();
+                    p.outcome.error = true;
+                    p.outcome.has_records = false;
+                    reads.errors = true;
+                }
+            }
+        }
+        reads
+    })
+    .await
 }
 
 /// One pass over the partitions, in order, sharing the response budget.
@@ -296,6 +317,7 @@ fn read(broker: &Broker, parts: &[PartitionRequest], opts: &ReadOptions) -> Read
         let budget = (opts.max_bytes - out.bytes).max(0);
         let r = read_partition(broker, &image, p, opts, budget, out.bytes == 0);
         out.bytes += r.region.as_ref().map_or(0, |r| r.length as i64)
+            + r.copy.as_ref().map_or(0, |r| r.length as i64)
             + r.data.records.as_ref().map_or(0, |b| b.len() as i64);
         out.errors |= r.outcome.error;
         out.parts.push(r);
@@ -320,6 +342,7 @@ fn read_partition(
     pd.aborted_transactions = opts.read_committed.then(Vec::new);
     pd.records = Some(Bytes::new());
     let mut region = None;
+    let mut copy = None;
     let name = match &p.key.topic {
         TopicKey::Name(n) => Ok(n.as_str()),
         TopicKey::Id(id) => image
@@ -365,13 +388,7 @@ fn read_partition(
                             if r.length < SENDFILE_MIN_BYTES
                                 || r.length > PLACEHOLDER_BYTES as u64 =>
                         {
-                            match r.read_to_vec() {
-                                Ok(v) => pd.records = Some(Bytes::from(v)),
-                                Err(e) => {
-                                    tracing::error!(partition = %log.topic_partition(), error = %e, "fetch read failed");
-                                    pd.error_code = ResponseError::KafkaStorageError.code();
-                                }
-                            }
+                            copy = Some(r);
                         }
                         other => region = other,
                     }
@@ -388,7 +405,9 @@ fn read_partition(
         }
     }
     let outcome = PartitionOutcome {
-        has_records: region.is_some() || pd.records.as_ref().is_some_and(|b| !b.is_empty()),
+        has_records: region.is_some()
+            || copy.is_some()
+            || pd.records.as_ref().is_some_and(|b| !b.is_empty()),
         high_watermark: pd.high_watermark,
         log_start_offset: pd.log_start_offset,
         error: pd.error_code != 0,
@@ -396,6 +415,7 @@ fn read_partition(
     PartitionRead {
         data: pd,
         region,
+        copy,
         outcome,
     }
 }
