@@ -196,20 +196,9 @@ impl Groups {
         let tp = log.topic_partition().clone();
         let from = log.log_start_offset();
         let replayed = log.replay(from, |event| {
-            let (header, raw) = match event {
-                ReplayEvent::Batch { header, raw } => (header, raw),
-                ReplayEvent::Corrupt { header, error } => {
-                    tracing::error!(partition = %tp, offsets = %format!("{}..={}", header.base_offset, header.last_offset()), %error, "skipping corrupt __consumer_offsets batch");
-                    return;
-                }
-                ReplayEvent::Unreadable {
-                    offset,
-                    resume,
-                    error,
-                } => {
-                    tracing::error!(partition = %tp, offset, resume, %error, "unreadable __consumer_offsets batch; skipping to the next segment");
-                    return;
-                }
+            // Damage is logged by the replay.
+            let ReplayEvent::Batch { header, raw } = event else {
+                return;
             };
             if header.is_control() {
                 return;

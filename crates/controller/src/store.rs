@@ -186,23 +186,10 @@ fn replay(
     let mut out = Replayed::default();
     let from = from.max(log.log_start_offset());
     log.replay(from, |event| {
-        let (h, raw) = match event {
-            ReplayEvent::Batch { header, raw } => (header, raw),
-            ReplayEvent::Corrupt { header, error } => {
-                let offsets = format!("{}..={}", header.base_offset, header.last_offset());
-                tracing::error!(offsets, %error, "skipping corrupt metadata log batch");
-                out.skipped += 1;
-                return;
-            }
-            ReplayEvent::Unreadable {
-                offset,
-                resume,
-                error,
-            } => {
-                tracing::error!(offset, resume, %error, "unreadable metadata log batch; skipping to the next segment");
-                out.skipped += 1;
-                return;
-            }
+        // Damage is logged by the replay; it only counts here.
+        let ReplayEvent::Batch { header: h, raw } = event else {
+            out.skipped += 1;
+            return;
         };
         let offsets = format!("{}..={}", h.base_offset, h.last_offset());
         out.bytes += raw.len() as u64;

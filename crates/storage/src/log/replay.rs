@@ -3,6 +3,8 @@
 //! group coordinator, producer state). Damage never stops a replay: a
 //! batch whose CRC does not match is reported and passed over, and a header
 //! that does not parse (its length is unknown) skips to the next segment.
+//! The replay logs each damage itself (partition, offsets, reason); the
+//! callback sees it too, to count it.
 
 use sluice_protocol::record::batch::validate_crc;
 use sluice_protocol::record::{BatchHeader, BatchIter};
@@ -51,6 +53,7 @@ impl Log {
                 // The segment's headers do not lead to `next`.
                 Err(StorageError::Corrupt(error)) => {
                     let resume = resume_after(next);
+                    tracing::error!(partition = %self.tp, offset = next, resume, %error, "unreadable batch; replay skips to the next segment");
                     f(ReplayEvent::Unreadable {
                         offset: next,
                         resume,
@@ -72,6 +75,7 @@ impl Log {
                     Ok(b) => b,
                     Err(error) => {
                         let resume = resume_after(next);
+                        tracing::error!(partition = %self.tp, offset = next, resume, %error, "unreadable batch; replay skips to the next segment");
                         f(ReplayEvent::Unreadable {
                             offset: next,
                             resume,
@@ -87,7 +91,10 @@ impl Log {
                 next = header.last_offset() + 1;
                 match validate_crc(raw) {
                     Ok(_) => f(ReplayEvent::Batch { header, raw }),
-                    Err(error) => f(ReplayEvent::Corrupt { header, error }),
+                    Err(error) => {
+                        tracing::error!(partition = %self.tp, offsets = %format!("{}..={}", header.base_offset, header.last_offset()), %error, "corrupt batch; replay passes over it");
+                        f(ReplayEvent::Corrupt { header, error })
+                    }
                 }
             }
             if next == before {
