@@ -85,6 +85,11 @@ impl Broker {
         mc.cleaner_backoff_ms = config.long("log.cleaner.backoff.ms").max(1) as u64;
         mc.cleaner.dedupe_buffer_bytes =
             config.long("log.cleaner.dedupe.buffer.size").max(1 << 20) as usize;
+        mc.producer_state.producer_id_expiration_ms =
+            i64::from(config.int("producer.id.expiration.ms"));
+        mc.producer_id_expiration_check_interval_ms = config
+            .int("producer.id.expiration.check.interval.ms")
+            .max(1) as u64;
         let logs = LogManager::open(mc)?;
         tracing::info!(partitions = logs.logs().len(), "logs loaded");
         // The metadata log lives beside the partitions but outside the log
