@@ -507,3 +507,11 @@ fn bound_evicts_least_recently_used_idle_producers() {
     assert!(m.entry(4).is_some(), "recently used");
     assert!(m.entry(5).is_none() && m.entry(6).is_none() && m.entry(7).is_none());
 }
+
+/// The bound's memory estimate (docs/design/009) rests on this size.
+#[test]
+fn an_entry_stays_small() {
+    let size = std::mem::size_of::<ProducerStateEntry>();
+    eprintln!("ProducerStateEntry: {size} bytes");
+    assert!(size <= 176, "{size}");
+}
