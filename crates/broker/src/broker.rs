@@ -86,6 +86,9 @@ impl Broker {
         mc.cleaner_backoff_ms = settings.log_cleaner_backoff_ms.max(1) as u64;
         mc.cleaner.dedupe_buffer_bytes =
             settings.log_cleaner_dedupe_buffer_size.max(1 << 20) as usize;
+        mc.producer_state.producer_id_expiration_ms = i64::from(settings.producer_id_expiration_ms);
+        mc.producer_id_expiration_check_interval_ms =
+            settings.producer_id_expiration_check_interval_ms.max(1) as u64;
         let logs = LogManager::open(mc)?;
         tracing::info!(partitions = logs.logs().len(), "logs loaded");
         // The metadata log lives beside the partitions but outside the log

@@ -16,7 +16,14 @@
 //!   lz4 batch (text-like values, about 3:1), whose records are validated
 //!   through the streaming decompressor;
 //! - `append/lz4_recompressed_to_zstd`: the lz4 batch into a topic with
-//!   `compression.type=zstd` (decompress, validate, recompress).
+//!   `compression.type=zstd` (decompress, validate, recompress);
+//! - `append/idempotent_producer`: the 16 KiB batch from one idempotent
+//!   producer as a client appends it (producer id, epoch, sequences
+//!   checked and recorded under the append lock), each batch the next
+//!   sequence; `append/plain_from_pool` is the same loop with batches
+//!   without a producer id, so the two differ only in the producer check.
+//!   Both take their batches from a pool built (and re-CRCed) outside the
+//!   timed part, 2,048 at a time.
 //!
 //! Each criterion sample gets a new log (or file) that is deleted after it,
 //! so the folder never grows beyond one sample's bytes. Re-appending one
@@ -36,9 +43,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use sluice_protocol::record::codec::ProducerInfo;
 use sluice_protocol::record::{BatchBuilder, Compression, Record};
 use sluice_storage::{
-    Clock, Log, LogConfig, LogOpenOptions, SystemClock, TopicCompression, TopicPartition,
+    AppendOrigin, Clock, Log, LogConfig, LogOpenOptions, SystemClock, TopicCompression,
+    TopicPartition,
 };
 
 const RECORDS_PER_BATCH: usize = 16;
@@ -56,6 +65,103 @@ fn batch(now_ms: i64) -> Vec<u8> {
         ));
     }
     b.build(0).expect("build batch")
+}
+
+/// One batch of the 16 records from `producer` (or none).
+fn producer_batch(now_ms: i64, producer: Option<ProducerInfo>) -> Vec<u8> {
+    let mut b = BatchBuilder::new(Compression::None, now_ms);
+    if let Some(p) = producer {
+        b = b.producer(p, false);
+    }
+    for i in 0..RECORDS_PER_BATCH {
+        let value = vec![b'v'.wrapping_add(i as u8); VALUE_BYTES];
+        b.push(Record::new(
+            Some(format!("key-{i}").into_bytes()),
+            Some(value),
+            now_ms,
+        ));
+    }
+    b.build(0).expect("build batch")
+}
+
+/// Batches per pool refill in the producer benchmarks.
+const POOL: u64 = 2048;
+
+/// Appends `iters` client batches to a new log: from producer 1 with
+/// consecutive sequences when `idempotent`, else without a producer id.
+/// Only the appends are timed; the pool of batches (each with its own
+/// sequence, so its own CRC) is rebuilt outside the timer.
+fn time_producer_appends(
+    root: &Path,
+    sample: u64,
+    now: i64,
+    iters: u64,
+    idempotent: bool,
+) -> Spent {
+    let dir = root.join(format!("bench-{sample}"));
+    let log = Log::open(
+        &dir,
+        TopicPartition::new("bench", 0),
+        LogConfig::default(),
+        LogOpenOptions::default(),
+        Arc::new(SystemClock),
+    )
+    .expect("open log");
+    let template = producer_batch(
+        now,
+        idempotent.then_some(ProducerInfo {
+            producer_id: 1,
+            producer_epoch: 0,
+            base_sequence: 0,
+        }),
+    );
+    let mut seq = 0i32;
+    let mut pool: Vec<Vec<u8>> = Vec::with_capacity(POOL as usize);
+    let refill = |pool: &mut Vec<Vec<u8>>, n: u64, seq: &mut i32| {
+        pool.clear();
+        for _ in 0..n {
+            let mut b = template.clone();
+            if idempotent {
+                use sluice_protocol::record::batch::{
+                    compute_crc, BASE_SEQUENCE_OFFSET, CRC_OFFSET,
+                };
+                b[BASE_SEQUENCE_OFFSET..BASE_SEQUENCE_OFFSET + 4]
+                    .copy_from_slice(&seq.to_be_bytes());
+                let crc = compute_crc(&b);
+                b[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+                *seq += RECORDS_PER_BATCH as i32;
+            }
+            pool.push(b);
+        }
+    };
+    refill(&mut pool, 1, &mut seq);
+    log.append_as_leader_from(&mut pool[0], 0, AppendOrigin::Client)
+        .expect("first append");
+    let mut spent = Spent {
+        wall: Duration::ZERO,
+        user: Duration::ZERO,
+        sys: Duration::ZERO,
+    };
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(POOL);
+        refill(&mut pool, n, &mut seq);
+        let start = Timer::start();
+        for b in pool.iter_mut() {
+            black_box(
+                log.append_as_leader_from(b, 0, AppendOrigin::Client)
+                    .expect("append"),
+            );
+        }
+        let s = start.stop();
+        spent.wall += s.wall;
+        spent.user += s.user;
+        spent.sys += s.sys;
+        left -= n;
+    }
+    drop(log);
+    std::fs::remove_dir_all(&dir).expect("remove log folder");
+    spent
 }
 
 /// The same records with text-like values (words from a small vocabulary,
@@ -250,9 +356,61 @@ fn bench_append(c: &mut Criterion) {
             time_appends_with(root.path(), sample, &mut lz4, iters, zstd_topic.clone()).wall
         });
     });
+    group.throughput(Throughput::Bytes(len));
+    group.bench_function("plain_from_pool", |b| {
+        b.iter_custom(|iters| {
+            sample += 1;
+            time_producer_appends(root.path(), sample, now, iters, false).wall
+        });
+    });
+    group.bench_function("idempotent_producer", |b| {
+        b.iter_custom(|iters| {
+            sample += 1;
+            time_producer_appends(root.path(), sample, now, iters, true).wall
+        });
+    });
     group.finish();
     println!("append: batch of {RECORDS_PER_BATCH} records x {VALUE_BYTES} B values = {len} bytes");
     interleaved_ratio(root.path(), &mut buf, &plain, &mut sample);
+    interleaved_idempotent(root.path(), now, &mut sample);
+}
+
+/// Alternates the pooled loop with and without a producer id, 25 rounds of
+/// 4,000 batches, and prints the medians: what the producer check costs.
+fn interleaved_idempotent(root: &Path, now: i64, sample: &mut u64) {
+    const ROUNDS: usize = 25;
+    const BATCHES: u64 = 4000;
+    let (mut plain, mut idem, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut plain_user, mut idem_user) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        *sample += 2;
+        let (p, i) = if round % 2 == 0 {
+            let p = time_producer_appends(root, *sample, now, BATCHES, false);
+            (
+                p,
+                time_producer_appends(root, *sample + 1, now, BATCHES, true),
+            )
+        } else {
+            let i = time_producer_appends(root, *sample + 1, now, BATCHES, true);
+            (time_producer_appends(root, *sample, now, BATCHES, false), i)
+        };
+        let us = |d: Duration| d.as_secs_f64() * 1e6 / BATCHES as f64;
+        plain.push(us(p.wall));
+        idem.push(us(i.wall));
+        plain_user.push(us(p.user));
+        idem_user.push(us(i.user));
+        ratios.push(p.wall.as_secs_f64() / i.wall.as_secs_f64());
+    }
+    println!(
+        "append: interleaved, {ROUNDS} rounds of {BATCHES} pooled client batches: without producer id \
+         {:.2} µs/batch (user {:.2} µs), idempotent {:.2} µs/batch (user {:.2} µs); \
+         idempotent/plain rate ratio median {:.3}",
+        median(&mut plain),
+        median(&mut plain_user),
+        median(&mut idem),
+        median(&mut idem_user),
+        median(&mut ratios),
+    );
 }
 
 /// On a shared machine the two criterion runs above see different

@@ -3,7 +3,10 @@
 //! `RecordTooLarge` → MESSAGE_TOO_LARGE, `InvalidRecord` → INVALID_RECORD,
 //! `RecordErrors` → INVALID_RECORD or INVALID_TIMESTAMP with per-record
 //! errors, `OffsetOutOfRange` → OFFSET_OUT_OF_RANGE, `Offline` →
-//! KAFKA_STORAGE_ERROR).
+//! KAFKA_STORAGE_ERROR, `OutOfOrderSequence` → OUT_OF_ORDER_SEQUENCE_NUMBER,
+//! `InvalidProducerEpoch` → INVALID_PRODUCER_EPOCH, `InvalidTxnState` →
+//! INVALID_TXN_STATE, `TransactionCoordinatorFenced` →
+//! TRANSACTION_COORDINATOR_FENCED).
 
 use std::path::PathBuf;
 
@@ -36,6 +39,22 @@ pub enum StorageError {
         /// Kafka's summary, sent as the partition's `error_message`.
         message: String,
     },
+    /// A batch whose sequence does not follow its producer's last one
+    /// (Kafka's `OutOfOrderSequenceException`); nothing was appended.
+    #[error("{0}")]
+    OutOfOrderSequence(String),
+    /// A batch from an older epoch than its producer's latest (Kafka's
+    /// `InvalidProducerEpochException`); nothing was appended.
+    #[error("{0}")]
+    InvalidProducerEpoch(String),
+    /// A non-transactional batch from a producer with an open transaction
+    /// (Kafka's `InvalidTxnStateException`); nothing was appended.
+    #[error("{0}")]
+    InvalidTxnState(String),
+    /// A transaction marker from an older coordinator epoch than the
+    /// producer's last one (Kafka's `TransactionCoordinatorFencedException`).
+    #[error("{0}")]
+    TransactionCoordinatorFenced(String),
     /// A read or truncation offset outside `[log start, log end]`.
     #[error("offset {offset} is out of range [{log_start}, {log_end}]")]
     OffsetOutOfRange {

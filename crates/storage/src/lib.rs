@@ -6,6 +6,8 @@
 //!   (file regions for sendfile), offset lookup by offset and by time, roll,
 //!   retention, truncation, flush and recovery on open.
 //! - [`segment`] owns one `.log` file and its [`index`] files.
+//! - [`producer`] keeps each partition's producer state (idempotence:
+//!   epochs, sequences, duplicates) and its snapshot files.
 //! - [`cleaner`] compacts `cleanup.policy=compact` logs in the background.
 //! - [`LogManager`] (module [`manager`]) owns every partition of a data
 //!   folder, the data-folder checkpoints and the background work.
@@ -23,6 +25,7 @@ pub(crate) mod index;
 pub mod log;
 pub mod manager;
 pub mod partition_metadata;
+pub mod producer;
 pub mod segment;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -33,6 +36,7 @@ pub use log::{
     TimestampOffset,
 };
 pub use manager::{LogManager, ManagerConfig};
+pub use producer::{ActiveProducer, ProducerLoad, ProducerStateConfig, ProducerStateEntry};
 pub use segment::FileRegion;
 
 /// The KRaft metadata log's topic (Kafka's `Topic.CLUSTER_METADATA_TOPIC_NAME`).

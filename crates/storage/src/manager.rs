@@ -6,8 +6,8 @@
 //! `.kafka_cleanshutdown`, and the checkpoints `recovery-point-offset-checkpoint`,
 //! `log-start-offset-checkpoint`, `replication-offset-checkpoint`,
 //! `cleaner-offset-checkpoint` — opens all partitions in parallel at start,
-//! and runs retention, time-based flushing, checkpointing and the cleaner on
-//! background threads.
+//! and runs retention, time-based flushing, checkpointing, producer-id
+//! expiry and the cleaner on background threads.
 //!
 //! Two kinds of folders are never opened as logs: the KRaft metadata log
 //! `__cluster_metadata-0` (owned by the controller, which shrinks it only
@@ -31,6 +31,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::LogConfig;
 use crate::error::{bad_file, IoContext, Result, StorageError};
 use crate::log::{Log, LogOpenOptions};
+use crate::producer::ProducerStateConfig;
 use crate::{TopicPartition, CLUSTER_METADATA_TOPIC};
 
 /// Name of the clean-shutdown marker in the data folder.
@@ -66,6 +67,11 @@ pub struct ManagerConfig {
     /// `log.cleaner.backoff.ms`
     pub cleaner_backoff_ms: u64,
     pub cleaner: CleanerConfig,
+    /// `producer.id.expiration.ms` and the bound on producer ids per
+    /// partition.
+    pub producer_state: ProducerStateConfig,
+    /// `producer.id.expiration.check.interval.ms`
+    pub producer_id_expiration_check_interval_ms: u64,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -82,6 +88,8 @@ impl ManagerConfig {
             cleaner_enable: true,
             cleaner_backoff_ms: 15_000,
             cleaner: CleanerConfig::default(),
+            producer_state: ProducerStateConfig::default(),
+            producer_id_expiration_check_interval_ms: 600_000,
             clock: Arc::new(SystemClock),
         }
     }
@@ -160,6 +168,7 @@ impl LogManager {
                 log_start_offset: starts.get(tp).copied().unwrap_or(0),
                 high_watermark: hws.get(tp).copied().unwrap_or(0),
                 clean_shutdown: clean,
+                producer_state: config.producer_state,
             };
             Log::open(
                 path,
@@ -242,7 +251,10 @@ impl LogManager {
             &path,
             tp.clone(),
             config,
-            LogOpenOptions::default(),
+            LogOpenOptions {
+                producer_state: self.config.producer_state,
+                ..LogOpenOptions::default()
+            },
             Arc::clone(&self.config.clock),
         )?);
         checkpoint::sync_dir(&self.config.log_dir)?;
@@ -314,6 +326,15 @@ impl LogManager {
             }
         }
         deleted
+    }
+
+    /// Forgets producer ids idle for `producer.id.expiration.ms` in every
+    /// log; returns how many went.
+    pub fn remove_expired_producers(&self) -> usize {
+        self.logs()
+            .iter()
+            .map(|log| log.remove_expired_producers())
+            .sum()
     }
 
     /// Unlinks segment files whose `file.delete.delay.ms` has passed.
@@ -433,9 +454,12 @@ impl LogManager {
         let tick = c
             .flush_check_interval_ms
             .min(c.retention_check_interval_ms)
+            .min(c.producer_id_expiration_check_interval_ms)
             .max(10);
         let mut next_retention =
             Instant::now() + Duration::from_millis(c.retention_check_interval_ms);
+        let mut next_expiry =
+            Instant::now() + Duration::from_millis(c.producer_id_expiration_check_interval_ms);
         let mut next_checkpoint = Instant::now() + Duration::from_millis(c.checkpoint_interval_ms);
         while !self.wait_stop(tick) {
             self.flush_due();
@@ -444,6 +468,11 @@ impl LogManager {
             if now >= next_retention {
                 self.run_retention();
                 next_retention = now + Duration::from_millis(c.retention_check_interval_ms);
+            }
+            if now >= next_expiry {
+                self.remove_expired_producers();
+                next_expiry =
+                    now + Duration::from_millis(c.producer_id_expiration_check_interval_ms);
             }
             if now >= next_checkpoint {
                 if let Err(e) = self.checkpoint() {

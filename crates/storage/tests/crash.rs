@@ -11,7 +11,19 @@
 //!   last append that returned to the child (a killed process leaves its
 //!   writes in the page cache) and of the last flush it reported, and at
 //!   most one more batch (the append in flight at the kill);
-//! - the leader epoch cache matches the epochs stamped in the batches.
+//! - the leader epoch cache matches the epochs stamped in the batches;
+//! - the producer state matches the log: every batch is from one
+//!   idempotent producer whose sequence is the batch's base offset, so
+//!   after each reopen its last sequence is the log end minus one, a retry
+//!   of the last batch is answered as a duplicate with its original
+//!   offsets, and a gap is refused — and the next child, which appends
+//!   the next sequence as a client, would fail if the state were wrong.
+//!   Children also retry batches they just appended and check the answer.
+//!
+//! Opens pass what a LogManager would: the recovery point the last child
+//! reported flushed (so producer state loads from a snapshot at or below it
+//! and replays the tail), and after a clean close the clean-shutdown flag
+//! (the snapshot at the log end is loaded, nothing replayed).
 //!
 //! Children of odd rounds preallocate their segments (`preallocate=true`),
 //! so a kill leaves the active segment ending in zeros.
@@ -33,11 +45,21 @@ use std::time::{Duration, Instant};
 
 use sluice_protocol::record::batch::validate_crc;
 use sluice_protocol::record::codec::decode_batch;
+use sluice_protocol::record::codec::ProducerInfo;
 use sluice_protocol::record::{BatchBuilder, BatchIter, Compression, Record};
-use sluice_storage::{Log, LogConfig, LogOpenOptions, ReadLimit, SystemClock, TopicPartition};
+use sluice_storage::{
+    AppendOrigin, Log, LogConfig, LogOpenOptions, ProducerStateConfig, ReadLimit, StorageError,
+    SystemClock, TopicPartition,
+};
 
 const DIR_ENV: &str = "SLUICE_CRASH_DIR";
 const ROUND_ENV: &str = "SLUICE_CRASH_ROUND";
+/// Recovery point and clean-shutdown flag the child opens with.
+const RP_ENV: &str = "SLUICE_CRASH_RECOVERY_POINT";
+const CLEAN_ENV: &str = "SLUICE_CRASH_CLEAN";
+/// The one idempotent producer writing every batch (epoch 0; the base
+/// sequence of a batch is its base offset).
+const PRODUCER_ID: i64 = 7;
 const CHILD_TEST: &str = "crash_child";
 const ROUNDS: u64 = 80;
 /// Timestamps are derived from offsets, starting here (CreateTime).
@@ -57,16 +79,40 @@ fn config() -> LogConfig {
     }
 }
 
-fn open_log(dir: &Path) -> Log {
-    open_log_with(dir, config())
+/// Where the previous session left the log, as a LogManager's
+/// checkpoints and clean-shutdown marker would say.
+#[derive(Debug, Clone, Copy, Default)]
+struct Durable {
+    recovery_point: i64,
+    clean: bool,
 }
 
-fn open_log_with(dir: &Path, config: LogConfig) -> Log {
+impl Durable {
+    fn options(self) -> LogOpenOptions {
+        LogOpenOptions {
+            recovery_point: self.recovery_point,
+            clean_shutdown: self.clean,
+            // Expiry compares the batches' timestamps with the clock (as
+            // Kafka); these lie in 2023, so it is off here.
+            producer_state: ProducerStateConfig {
+                producer_id_expiration_ms: i64::MAX,
+                ..ProducerStateConfig::default()
+            },
+            ..LogOpenOptions::default()
+        }
+    }
+}
+
+fn open_log(dir: &Path) -> Log {
+    open_log_with(dir, config(), Durable::default())
+}
+
+fn open_log_with(dir: &Path, config: LogConfig, durable: Durable) -> Log {
     Log::open(
         dir,
         TopicPartition::new("crash", 0),
         config,
-        LogOpenOptions::default(),
+        durable.options(),
         Arc::new(SystemClock),
     )
     .unwrap_or_else(|e| panic!("open {}: {e}", dir.display()))
@@ -135,7 +181,12 @@ fn headers(offset: i64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
 
 /// The batch the child appends when the log ends at `base`.
 fn build_batch(base: i64) -> Vec<u8> {
-    let mut b = BatchBuilder::new(batch_codec(base), timestamp(base));
+    let producer = ProducerInfo {
+        producer_id: PRODUCER_ID,
+        producer_epoch: 0,
+        base_sequence: i32::try_from(base).expect("sequence fits"),
+    };
+    let mut b = BatchBuilder::new(batch_codec(base), timestamp(base)).producer(producer, false);
     for offset in base..base + batch_len(base) {
         let mut r = Record::new(Some(key(offset)), Some(value(offset)), timestamp(offset));
         for (k, v) in headers(offset) {
@@ -157,6 +208,13 @@ fn crash_child() {
         return;
     };
     let round: i32 = round.parse().expect("round number");
+    let durable = Durable {
+        recovery_point: std::env::var(RP_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        clean: std::env::var(CLEAN_ENV).is_ok_and(|v| v == "1"),
+    };
     let started = Instant::now();
     // Every other child preallocates its new segments (`preallocate`): the
     // kill then leaves a zero-filled tail that recovery must not take for
@@ -167,6 +225,7 @@ fn crash_child() {
             preallocate: round % 2 == 1,
             ..config()
         },
+        durable,
     );
     let mut out = std::io::stdout().lock();
     let mut say = |what: &str, end: i64| {
@@ -176,14 +235,30 @@ fn crash_child() {
     say("opened", log.log_end_offset());
     let mut rng = Rng::new(round as u64);
     let flush_every = rng.range(1, 8);
+    let retry_every = rng.range(2, 6);
     let mut appended = 0u64;
     while started.elapsed() < CHILD_MAX_RUN {
         let base = log.log_end_offset();
         let mut batch = build_batch(base);
-        let info = log.append_as_leader(&mut batch, round).expect("append");
+        let info = log
+            .append_as_leader_from(&mut batch, round, AppendOrigin::Client)
+            .expect("append the next sequence");
         assert_eq!(info.base_offset, base);
+        assert!(!info.duplicate);
         say("acked", info.last_offset + 1);
         appended += 1;
+        if appended % retry_every == 0 {
+            // A producer's retry of what it just sent: nothing appended.
+            let again = log
+                .append_as_leader_from(&mut build_batch(base), round, AppendOrigin::Client)
+                .expect("retry");
+            assert!(again.duplicate);
+            assert_eq!(
+                (again.base_offset, again.last_offset),
+                (base, info.last_offset)
+            );
+            assert_eq!(log.log_end_offset(), info.last_offset + 1);
+        }
         if appended % flush_every == 0 {
             log.flush().expect("flush");
             say("flushed", log.log_end_offset());
@@ -249,12 +324,12 @@ fn check_records(base: i64, raw: &[u8]) {
 type Known = HashMap<i64, u32>;
 
 /// Reopens the log, checks every record against the deterministic content
-/// (records of batches in `known` by their CRC) and the leader epoch cache
-/// against the batches; returns the log end and the batches in order.
-/// Closes the log cleanly when `close` is set, else drops it as a crash
-/// would.
-fn verify(dir: &Path, close: bool, known: &mut Known) -> (i64, Vec<Found>) {
-    let log = open_log(dir);
+/// (records of batches in `known` by their CRC), the leader epoch cache
+/// and the producer state against the batches; returns the log end and the
+/// batches in order. Closes the log cleanly when `close` is set, else drops
+/// it as a crash would.
+fn verify(dir: &Path, durable: Durable, close: bool, known: &mut Known) -> (i64, Vec<Found>) {
+    let log = open_log_with(dir, config(), durable);
     assert_eq!(log.log_start_offset(), 0);
     let end = log.log_end_offset();
     let mut found = Vec::new();
@@ -308,10 +383,57 @@ fn verify(dir: &Path, close: bool, known: &mut Known) -> (i64, Vec<Found>) {
         }
     }
     assert_eq!(log.leader_epochs(), epochs, "leader epoch cache");
+    check_producer_state(&log, &found);
     if close {
         log.close().expect("close");
     }
     (end, found)
+}
+
+/// Reopens whose producer state came from a snapshot (plus the tail), from
+/// the log start, and the batches they replayed.
+static FROM_SNAPSHOT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FROM_LOG_START: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static REPLAYED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The producer state after a reopen is what the log says: the last
+/// sequence is the log end minus one, the last batch's retry is a
+/// duplicate with its offsets, a gap is refused; nothing is appended.
+fn check_producer_state(log: &Log, found: &[Found]) {
+    let end = log.log_end_offset();
+    let load = log.producer_load();
+    let counter = if load.snapshot.is_some() {
+        &FROM_SNAPSHOT
+    } else {
+        &FROM_LOG_START
+    };
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    REPLAYED.fetch_add(load.replayed_batches, std::sync::atomic::Ordering::Relaxed);
+    let Some(last) = found.last() else {
+        assert_eq!(log.producer_id_count(), 0, "an empty log has no producers");
+        return;
+    };
+    let state = log.producer_state(PRODUCER_ID).unwrap_or_else(|| {
+        panic!(
+            "producer unknown after reopen at log end {end} ({:?})",
+            log.producer_load()
+        )
+    });
+    assert_eq!(i64::from(state.last_seq()), end - 1, "last sequence");
+    let info = log
+        .append_as_leader_from(&mut build_batch(last.base), 0, AppendOrigin::Client)
+        .expect("retry of the last batch");
+    assert!(
+        info.duplicate,
+        "retry of the batch at {} appended",
+        last.base
+    );
+    assert_eq!((info.base_offset, info.last_offset), (last.base, end - 1));
+    match log.append_as_leader_from(&mut build_batch(end + 1), 0, AppendOrigin::Client) {
+        Err(StorageError::OutOfOrderSequence(_)) => {}
+        other => panic!("a sequence gap at {end}: {other:?}"),
+    }
+    assert_eq!(log.log_end_offset(), end, "checks appended nothing");
 }
 
 /// The binary children run: this test binary itself. A private copy of it
@@ -335,11 +457,13 @@ fn child_exe() -> (PathBuf, Option<tempfile::TempDir>) {
     }
 }
 
-fn spawn_child(exe: &Path, dir: &Path, round: u64) -> Child {
+fn spawn_child(exe: &Path, dir: &Path, round: u64, durable: Durable) -> Child {
     Command::new(exe)
         .args(["--exact", CHILD_TEST, "--ignored", "--nocapture"])
         .env(DIR_ENV, dir)
         .env(ROUND_ENV, round.to_string())
+        .env(RP_ENV, durable.recovery_point.to_string())
+        .env(CLEAN_ENV, if durable.clean { "1" } else { "0" })
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -348,8 +472,8 @@ fn spawn_child(exe: &Path, dir: &Path, round: u64) -> Child {
 }
 
 /// Runs one child, kills it after a random delay and returns what it said.
-fn run_child(exe: &Path, dir: &Path, round: u64, rng: &mut Rng) -> Reported {
-    let mut guard = ChildGuard(Some(spawn_child(exe, dir, round)));
+fn run_child(exe: &Path, dir: &Path, round: u64, durable: Durable, rng: &mut Rng) -> Reported {
+    let mut guard = ChildGuard(Some(spawn_child(exe, dir, round, durable)));
     let child = guard.0.as_mut().expect("child");
     let pid = libc::pid_t::try_from(child.id()).expect("pid");
     let stdout = child.stdout.take().expect("stdout");
@@ -505,9 +629,21 @@ fn crash_kill_and_recover() {
     let mut rng = Rng::new(0xc0ff_ee00);
     let mut known = Known::new();
     let mut end = 0i64;
+    let mut durable = Durable::default();
     let (mut damaged, mut before_open, mut unreported) = (0, 0, 0);
     for round in 1..=ROUNDS {
-        let rep = run_child(&exe, &dir, round, &mut rng);
+        let rep = run_child(&exe, &dir, round, durable, &mut rng);
+        // What the child leaves on disk for sure: its recovery point at
+        // open (the log end after a clean shutdown), raised by its flushes.
+        let opened_at = if durable.clean {
+            end
+        } else {
+            durable.recovery_point
+        };
+        durable = Durable {
+            recovery_point: rep.flushed.unwrap_or(0).max(opened_at),
+            clean: false,
+        };
         if !dir.exists() {
             // Killed before it even created the folder.
             before_open += 1;
@@ -517,7 +653,8 @@ fn crash_kill_and_recover() {
         if round == ROUNDS {
             known.clear();
         }
-        let (new_end, found) = verify(&dir, round % 2 == 0, &mut known);
+        let close = round % 2 == 0;
+        let (new_end, found) = verify(&dir, durable, close, &mut known);
         assert!(
             new_end >= end,
             "round {round}: log end went back from {end} to {new_end}"
@@ -558,21 +695,37 @@ fn crash_kill_and_recover() {
             assert_eq!(f.epoch, round as i32, "round {round}: epoch of new batches");
         }
         end = new_end;
+        if close {
+            durable = Durable {
+                recovery_point: end,
+                clean: true,
+            };
+        }
         if round % 5 == 3 {
             let (expect, what) = damage_tail(&dir, end, &mut rng);
-            let (after, _) = verify(&dir, false, &mut known);
+            // Damage may reach below the recovery point: scan everything.
+            let (after, _) = verify(&dir, Durable::default(), false, &mut known);
             assert_eq!(after, expect, "round {round}: after damage ({what})");
             end = after;
+            durable = Durable {
+                recovery_point: durable.recovery_point.min(after),
+                clean: false,
+            };
             damaged += 1;
         }
     }
     assert!(end > 0, "the children appended something");
+    use std::sync::atomic::Ordering::Relaxed;
+    let (snap, start) = (FROM_SNAPSHOT.load(Relaxed), FROM_LOG_START.load(Relaxed));
+    assert!(snap > 0, "some reopens loaded a producer snapshot");
     eprintln!(
         "crash test: {ROUNDS} rounds ({before_open} killed before appending, \
          {unreported} with an unreported append, {damaged} with a damaged tail), \
-         final log end {end} in {} segments, {:?}",
+         final log end {end} in {} segments, {:?}; producer state from a snapshot \
+         {snap} times, from the log start {start} times, {} batches replayed",
         log_files(&dir).len(),
-        started.elapsed()
+        started.elapsed(),
+        REPLAYED.load(Relaxed)
     );
 }
 
@@ -601,7 +754,7 @@ fn recovery_restores_epochs_missing_from_the_checkpoint() {
     };
     // The crash: the new epoch never made it into the checkpoint.
     std::fs::write(&checkpoint, before).expect("restore old checkpoint");
-    let (end, _) = verify(&dir, false, &mut Known::new());
+    let (end, _) = verify(&dir, Durable::default(), false, &mut Known::new());
     let log = open_log(&dir);
     assert_eq!(log.leader_epochs(), vec![(1, 0), (2, second)]);
     assert_eq!(log.end_offset_for_epoch(1), Some((1, second)));

@@ -242,6 +242,7 @@ fn run(ops: Vec<Op>) {
                         log_start_offset: model.log_start,
                         high_watermark: hw,
                         clean_shutdown: clean,
+                        ..LogOpenOptions::default()
                     },
                 );
             }

@@ -99,6 +99,10 @@ settings! {
     group_initial_rebalance_delay_ms: i32 = "group.initial.rebalance.delay.ms";
     /// `group.max.size`
     group_max_size: i32 = "group.max.size";
+    /// `producer.id.expiration.ms`
+    producer_id_expiration_ms: i32 = "producer.id.expiration.ms";
+    /// `producer.id.expiration.check.interval.ms`
+    producer_id_expiration_check_interval_ms: i32 = "producer.id.expiration.check.interval.ms";
 }
 
 /// Reads `key` as a `T`. A key missing from the table (a typo in the

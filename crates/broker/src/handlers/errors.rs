@@ -23,6 +23,15 @@ pub(crate) fn storage_error(e: &StorageError) -> ApiError {
             RecordErrorKind::InvalidTimestamp => ResponseError::InvalidTimestamp,
         },
         StorageError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+        // Producer state (Kafka 4 sends neither DUPLICATE_SEQUENCE_NUMBER
+        // nor UNKNOWN_PRODUCER_ID on produce: a duplicate is answered with
+        // its original offsets, an unknown producer's batch is taken).
+        StorageError::OutOfOrderSequence(_) => ResponseError::OutOfOrderSequenceNumber,
+        StorageError::InvalidProducerEpoch(_) => ResponseError::InvalidProducerEpoch,
+        StorageError::InvalidTxnState(_) => ResponseError::InvalidTxnState,
+        StorageError::TransactionCoordinatorFenced(_) => {
+            ResponseError::TransactionCoordinatorFenced
+        }
         StorageError::Io { .. } | StorageError::Offline(_) | StorageError::BadFile { .. } => {
             tracing::error!(error = %e, "storage failure");
             ResponseError::KafkaStorageError

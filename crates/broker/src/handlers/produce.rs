@@ -519,6 +519,73 @@ mod tests {
         broker.shutdown().expect("shutdown");
     }
 
+    /// An idempotent producer's batch of one record.
+    fn idempotent(pid: i64, epoch: i16, seq: i32, ts: i64) -> Vec<u8> {
+        let producer = ProducerInfo {
+            producer_id: pid,
+            producer_epoch: epoch,
+            base_sequence: seq,
+        };
+        let mut b = BatchBuilder::new(Compression::None, ts).producer(producer, false);
+        b.push(Record::new(Some(b"k".to_vec()), Some(b"v".to_vec()), ts));
+        b.build(0).expect("build")
+    }
+
+    #[test]
+    fn idempotent_duplicates_and_sequence_errors_in_every_version() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(dir.path(), &[]);
+        broker
+            .create_topic("idem", 1, 1, &[], false)
+            .expect("create");
+        let ts = now();
+        let mut end = 0;
+        for v in VERSIONS.0..=VERSIONS.1 {
+            let pid = i64::from(v);
+            let resp = produce(&broker, "idem", idempotent(pid, 0, 0, ts), v);
+            assert_eq!(resp, expect("idem", partition(None, end, 0, v)), "v{v}");
+            // The retry: no error, the first offset, the batch's timestamp
+            // as log_append_time (Kafka answers a duplicate so).
+            let resp = produce(&broker, "idem", idempotent(pid, 0, 0, ts), v);
+            let mut dup = partition(None, end, 0, v);
+            dup.log_append_time_ms = ts;
+            assert_eq!(resp, expect("idem", dup), "v{v} duplicate");
+            end += 1;
+            let resp = produce(&broker, "idem", idempotent(pid, 0, 5, ts), v);
+            assert_eq!(
+                resp,
+                expect(
+                    "idem",
+                    partition(Some(ResponseError::OutOfOrderSequenceNumber), -1, 0, v)
+                ),
+                "v{v} gap"
+            );
+            let resp = produce(&broker, "idem", idempotent(pid, 1, 0, ts), v);
+            assert_eq!(
+                resp,
+                expect("idem", partition(None, end, 0, v)),
+                "v{v} bump"
+            );
+            end += 1;
+            let resp = produce(&broker, "idem", idempotent(pid, 0, 1, ts), v);
+            assert_eq!(
+                resp,
+                expect(
+                    "idem",
+                    partition(Some(ResponseError::InvalidProducerEpoch), -1, 0, v)
+                ),
+                "v{v} stale epoch"
+            );
+        }
+        let log = broker.log("idem", 0).expect("log");
+        assert_eq!(
+            log.log_end_offset(),
+            end,
+            "retries and refusals appended nothing"
+        );
+        broker.shutdown().expect("shutdown");
+    }
+
     #[test]
     fn not_enough_replicas_reports_the_log_start_offset_without_a_message() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -12,9 +12,19 @@
 //! after 2 leaves a `.swap` file that opening completes (it deletes every
 //! segment the swap covers, then renames it). Either way the log is valid
 //! and holds every latest record.
+//!
+//! Producer state (Kafka's `isBatchLastRecordOfProducer`): the batch
+//! holding the last data offset of each producer the partition still
+//! tracks (or, for a producer whose last entry is a marker, that marker)
+//! is kept even when none of its records survive, as an empty batch with
+//! the same producer id, epoch, sequence and offset range, so the producer
+//! state rebuilt from the log still knows the producer's last sequence.
+//! Snapshots of segments merged into another go with them.
 
 use std::collections::HashMap;
 use std::io::Write;
+
+use crate::producer::LastRecord;
 use std::sync::Arc;
 
 use sluice_protocol::record::batch::{validate_crc, HEADER_LEN};
@@ -77,6 +87,8 @@ pub(super) fn clean_segments(
         let before = stats.clone();
         stats.bytes_before += group.iter().map(|s| s.size()).sum::<u64>();
         let base = group[0].base_offset;
+        // Kafka takes these per group, at the start of its cleaning.
+        let last_records = log.last_records_of_active_producers();
         let cleaned = segment_path(log.dir(), base, LOG_SUFFIX, crate::log::CLEANED);
         let mut out = std::io::BufWriter::new(std::fs::File::create(&cleaned).at(&cleaned)?);
         let mut written = 0u64;
@@ -91,7 +103,15 @@ pub(super) fn clean_segments(
                     crc_failure = Some((h, e));
                     break 'segs;
                 }
-                let kept = filter_batch(log, &log_config, &bytes, map, delete_horizon, &mut stats)?;
+                let kept = filter_batch(
+                    log,
+                    &log_config,
+                    &bytes,
+                    map,
+                    &last_records,
+                    delete_horizon,
+                    &mut stats,
+                )?;
                 if let Some(kept) = kept {
                     out.write_all(&kept).at(&cleaned)?;
                     written += kept.len() as u64;
@@ -128,6 +148,16 @@ pub(super) fn clean_segments(
         } else {
             swap_in(log, &group, base, written, config)?
         };
+        if swapped {
+            // Kafka's `replaceSegments`: snapshots of the segments that
+            // are gone, not of the one now starting at `base`.
+            let gone: Vec<i64> = group
+                .iter()
+                .map(|s| s.base_offset)
+                .filter(|&b| written == 0 || b != base)
+                .collect();
+            log.delete_producer_snapshots(&gone)?;
+        }
         if !swapped && written > 0 {
             std::fs::remove_file(&cleaned).at(&cleaned)?;
             tracing::info!(partition = %log.topic_partition(), "log changed during cleaning; group skipped");
@@ -193,15 +223,59 @@ fn group_segments(segs: &[Arc<Segment>], max_bytes: u64) -> Vec<Vec<Arc<Segment>
     groups
 }
 
+/// Whether `h` is the batch the cleaner must keep for its producer.
+fn is_last_of_producer(
+    h: &sluice_protocol::record::BatchHeader,
+    last_records: &HashMap<i64, LastRecord>,
+) -> bool {
+    if h.producer_id < 0 {
+        return false;
+    }
+    last_records
+        .get(&h.producer_id)
+        .is_some_and(|r| match r.last_data_offset {
+            Some(o) => h.last_offset() == o,
+            None => h.is_control() && h.producer_epoch == r.producer_epoch,
+        })
+}
+
+/// The header of `h` without records (Kafka's `writeEmptyHeader`):
+/// uncompressed, no base timestamp, same offsets, producer fields, max
+/// timestamp and flags.
+fn empty_batch(h: &sluice_protocol::record::BatchHeader) -> Result<Vec<u8>> {
+    const KEEP: i16 = 0x08 | 0x10 | 0x20; // timestamp type, transactional, control
+    let fields = BatchFields {
+        base_offset: h.base_offset,
+        partition_leader_epoch: h.partition_leader_epoch,
+        attributes: h.attributes & KEEP,
+        last_offset_delta: h.last_offset_delta,
+        base_timestamp: -1,
+        max_timestamp: h.max_timestamp,
+        producer: ProducerInfo {
+            producer_id: h.producer_id,
+            producer_epoch: h.producer_epoch,
+            base_sequence: h.base_sequence,
+        },
+        records_count: 0,
+    };
+    Ok(assemble(
+        &fields,
+        sluice_protocol::record::Compression::None,
+        &[],
+    )?)
+}
+
 /// The retained part of one batch: the same bytes when every record stays,
 /// a rebuilt batch (same base offset, last offset delta and codec) when
-/// some go, `None` when all go. A batch that cannot be read is kept as it
+/// some go, `None` when all go — unless it is a producer's last batch,
+/// which stays as an empty batch. A batch that cannot be read is kept as it
 /// is and reported.
 fn filter_batch(
     log: &Log,
     config: &LogConfig,
     bytes: &[u8],
     map: &HashMap<Vec<u8>, i64>,
+    last_records: &HashMap<i64, LastRecord>,
     delete_horizon: i64,
     stats: &mut CleanStats,
 ) -> Result<Option<Vec<u8>>> {
@@ -246,11 +320,18 @@ fn filter_batch(
         kept += 1;
         max_ts = max_ts.max(rec.timestamp);
     }
+    if kept == 0 {
+        // An empty batch goes too, unless it holds a producer's last
+        // sequence (Kafka's RETAIN_EMPTY / DELETE_EMPTY).
+        if !is_last_of_producer(&h, last_records) {
+            return Ok(None);
+        }
+        if total > 0 {
+            return empty_batch(&h).map(Some);
+        }
+    }
     if kept as usize == total {
         return Ok(Some(bytes.to_vec()));
-    }
-    if kept == 0 {
-        return Ok(None);
     }
     let max_timestamp = match h.timestamp_type() {
         sluice_protocol::record::TimestampType::LogAppendTime => h.max_timestamp,

@@ -501,3 +501,135 @@ fn a_batch_with_a_bad_crc_keeps_its_group_and_the_rest_is_compacted() {
         assert!(in_bad_batch || good.contains(w), "kept group lost {w:?}");
     }
 }
+
+/// An idempotent producer's batch of `keys` records, sequence from `seq`.
+fn producer_batch(pid: i64, seq: i32, keys: &[&str], value: &str) -> Vec<u8> {
+    let producer = sluice_protocol::record::codec::ProducerInfo {
+        producer_id: pid,
+        producer_epoch: 2,
+        base_sequence: seq,
+    };
+    let mut b = BatchBuilder::new(Compression::Lz4, T0).producer(producer, false);
+    for k in keys {
+        b.push(Record::new(
+            Some(k.as_bytes().to_vec()),
+            Some(value.as_bytes().to_vec()),
+            T0,
+        ));
+    }
+    b.build(0).expect("build")
+}
+
+/// Kafka's `isBatchLastRecordOfProducer`: the last batch of every tracked
+/// producer stays (empty if all its records were superseded), earlier ones
+/// go; the producer state rebuilt from the cleaned log is the same.
+#[test]
+fn compaction_keeps_each_producers_last_batch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let log = open(dir.path(), &clock);
+    let append = |b: &mut Vec<u8>| {
+        log.append_as_leader_from(b, 0, crate::log::AppendOrigin::Client)
+            .expect("append")
+    };
+    // Producer 1: two batches, both superseded later. Producer 2: one
+    // batch whose second record survives.
+    let p1_first = append(&mut producer_batch(1, 0, &["a", "b"], "p1"));
+    let p1_last = append(&mut producer_batch(1, 2, &["a", "b", "c"], "p1"));
+    let p2 = append(&mut producer_batch(2, 7, &["a", "z"], "p2"));
+    for round in 0..30 {
+        let mut b = BatchBuilder::new(Compression::None, T0);
+        for k in ["a", "b", "c"] {
+            b.push(Record::new(
+                Some(k.as_bytes().to_vec()),
+                Some(format!("plain-{round}-{}", "x".repeat(60)).into_bytes()),
+                T0,
+            ));
+        }
+        log.append_as_leader(&mut b.build(0).expect("build"), 0)
+            .expect("plain");
+    }
+    log.set_high_watermark(log.log_end_offset());
+    let before = log.producer_snapshot_offsets();
+    let stats = clean(&log, 0, &CleanerConfig::default())
+        .expect("clean")
+        .expect("cleaned");
+    assert!(stats.end > p2.last_offset);
+
+    // The producers' batches as they are on disk now.
+    let mut found = Vec::new();
+    let mut next = 0;
+    while next < stats.end {
+        let r = log
+            .read(next, 1 << 20, ReadLimit::LogEnd, true)
+            .expect("read");
+        let bytes = r.region.expect("region").read_to_vec().expect("bytes");
+        for b in BatchIter::new(&bytes) {
+            let (_, h, raw) = b.expect("batch");
+            sluice_protocol::record::batch::validate_crc(raw).expect("crc");
+            if h.producer_id >= 0 && h.last_offset() >= next {
+                let keys: Vec<String> = decode_batch(raw, 1 << 20)
+                    .expect("decode")
+                    .records
+                    .into_iter()
+                    .map(|r| String::from_utf8(r.record.key.expect("key")).expect("utf8"))
+                    .collect();
+                found.push((
+                    h.producer_id,
+                    h.base_offset,
+                    h.last_offset(),
+                    h.base_sequence,
+                    h.records_count,
+                    keys,
+                ));
+            }
+            next = next.max(h.last_offset() + 1);
+        }
+    }
+    assert_eq!(
+        found,
+        vec![
+            // All records superseded, kept empty: offsets and sequences stay.
+            (1, p1_last.base_offset, p1_last.last_offset, 2, 0, vec![]),
+            (
+                2,
+                p2.base_offset,
+                p2.last_offset,
+                7,
+                1,
+                vec!["z".to_string()]
+            ),
+        ],
+        "producer 1's first batch ({}) is gone",
+        p1_first.base_offset
+    );
+    // Snapshots of merged segments went with them.
+    let after = log.producer_snapshot_offsets();
+    let bases = log.segment_base_offsets();
+    assert!(
+        after.iter().all(|o| bases.contains(o) || *o > stats.end),
+        "{after:?} {bases:?}"
+    );
+    assert!(after.len() <= before.len());
+
+    // Rebuilt from the cleaned log alone (a crash, recovery point 0): the
+    // same producer state; retries of the last batches are duplicates.
+    drop(log);
+    let log = open(dir.path(), &clock);
+    assert_eq!(log.producer_load().snapshot, None);
+    let p = log.producer_state(1).expect("producer 1");
+    assert_eq!(
+        (p.producer_epoch, p.last_seq(), p.last_data_offset()),
+        (2, 4, p1_last.last_offset)
+    );
+    let info = log
+        .append_as_leader_from(
+            &mut producer_batch(1, 2, &["a", "b", "c"], "p1"),
+            0,
+            crate::log::AppendOrigin::Client,
+        )
+        .expect("retry");
+    assert!(info.duplicate);
+    assert_eq!(info.base_offset, p1_last.base_offset);
+    assert_eq!(log.producer_state(2).map(|p| p.last_seq()), Some(8));
+}

@@ -1,12 +1,14 @@
 //! The produce path: validate batches (see `validate`: record framing is
-//! walked, records are not decoded), assign offsets by patching headers in
-//! place, roll when needed, write.
+//! walked, records are not decoded), check producer ids, epochs and
+//! sequences (see `producer`; batches without a producer id skip it),
+//! assign offsets by patching headers in place, roll when needed, write.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use sluice_protocol::record::batch::{self, BatchHeader};
 
+use super::producer::ProducerCheck;
 use super::validate::{validate, AppendOrigin};
 use super::{lock, Log};
 use crate::config::TimestampType;
@@ -26,6 +28,12 @@ pub struct AppendInfo {
     /// The appended batch headers with their final offsets: producer id,
     /// epoch and base sequence per batch.
     pub batches: Vec<BatchHeader>,
+    /// The append repeated a batch its producer already wrote (same
+    /// producer id, epoch and sequence range as one of its last five):
+    /// nothing was written; `base_offset` and `last_offset` are the original
+    /// batch's, `log_append_time` its timestamp (as Kafka answers),
+    /// `record_count` is 0 and `batches` empty.
+    pub duplicate: bool,
 }
 
 impl Log {
@@ -46,6 +54,17 @@ impl Log {
     /// another codec, its records recompressed. Then base offsets and the
     /// partition leader epoch are patched in place and the bytes written as
     /// they are. A failed check appends nothing.
+    ///
+    /// Batches with a producer id are checked against the partition's
+    /// producer state under the append lock (Kafka's
+    /// `analyzeAndValidateProducerState`): a stale epoch fails with
+    /// [`StorageError::InvalidProducerEpoch`], a sequence gap (client
+    /// batches) with [`StorageError::OutOfOrderSequence`]; a client batch
+    /// equal to one of its producer's last five is answered with
+    /// [`AppendInfo::duplicate`] and the original offsets.
+    ///
+    /// [`StorageError::InvalidProducerEpoch`]: crate::StorageError::InvalidProducerEpoch
+    /// [`StorageError::OutOfOrderSequence`]: crate::StorageError::OutOfOrderSequence
     pub fn append_as_leader_from(
         &self,
         records: &mut [u8],
@@ -67,6 +86,25 @@ impl Log {
         let append_time = match config.message_timestamp_type {
             TimestampType::LogAppendTime => now,
             TimestampType::CreateTime => -1,
+        };
+        let producer_updates = if batches.iter().any(|(_, h)| h.producer_id >= 0) {
+            match self.check_producers(records, &batches, base_offset, origin)? {
+                ProducerCheck::Duplicate(dup) => {
+                    return Ok(AppendInfo {
+                        base_offset: dup.first_offset(),
+                        last_offset: dup.last_offset,
+                        log_append_time: dup.timestamp,
+                        log_start_offset: self.log_start_offset(),
+                        max_timestamp: dup.timestamp,
+                        record_count: 0,
+                        batches: Vec::new(),
+                        duplicate: true,
+                    });
+                }
+                ProducerCheck::Updates(u) => Some(u),
+            }
+        } else {
+            None
         };
         let mut next = base_offset;
         let mut max_timestamp = -1;
@@ -95,6 +133,9 @@ impl Log {
             .append(records, &batches, config.index_interval_bytes)
             .map_err(|e| self.go_offline(e))?;
         self.log_end_offset.store(next, Ordering::Release);
+        if let Some(updates) = producer_updates {
+            self.apply_producer_updates(updates, now);
+        }
         {
             let mut epochs = lock(&self.epochs);
             if epochs.assign(leader_epoch, base_offset) {
@@ -113,6 +154,7 @@ impl Log {
             max_timestamp,
             record_count,
             batches: batches.into_iter().map(|(_, h)| h).collect(),
+            duplicate: false,
         };
         if unflushed >= config.flush_messages {
             self.flush()?;

@@ -1,6 +1,7 @@
 //! Opening a partition folder (Kafka's `LogLoader`): clean up leftovers of
 //! interrupted deletes and cleanings, finish interrupted segment swaps,
-//! open segments, and recover whatever lies past the recovery point.
+//! open segments, recover whatever lies past the recovery point, then load
+//! the producer state (`<offset>.snapshot` files, see `producer`).
 //!
 //! Corruption past the recovery point (unflushed data) truncates the log
 //! there: the rest of that segment and every later segment go. Corruption
@@ -19,6 +20,8 @@ use crate::clock::Clock;
 use crate::config::LogConfig;
 use crate::epoch::LeaderEpochCache;
 use crate::error::{bad_file, IoContext, Result};
+use crate::producer::snapshot::{parse_snapshot_name, SNAPSHOT_SUFFIX};
+use crate::producer::ProducerStateManager;
 use crate::segment::{segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::TopicPartition;
 
@@ -51,14 +54,10 @@ fn parse_base(stem: &str) -> Option<i64> {
 }
 
 /// Splits `name` into (base offset, segment suffix, extra suffix).
+/// Producer snapshots (`.snapshot`) are not segment files: they belong to
+/// the producer state, which keeps or deletes them by its own rules.
 fn classify(name: &str) -> Option<(&str, &'static str, &str)> {
-    for suffix in [
-        LOG_SUFFIX,
-        INDEX_SUFFIX,
-        TIME_INDEX_SUFFIX,
-        ".txnindex",
-        ".snapshot",
-    ] {
+    for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex"] {
         if let Some(at) = name.find(suffix) {
             let extra = &name[at + suffix.len()..];
             if extra.is_empty() || [DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX].contains(&extra) {
@@ -81,7 +80,7 @@ impl Log {
         std::fs::create_dir_all(dir).at(dir)?;
         let now = clock.now_ms();
         let settings = crate::segment::SegmentSettings::of(&config);
-        let bases = prepare_folder(dir)?;
+        let (bases, snapshots) = prepare_folder(dir)?;
         let mut epochs = LeaderEpochCache::load(dir)?;
         let mut epochs_changed = false;
 
@@ -216,7 +215,9 @@ impl Log {
             epochs: Mutex::new(epochs),
             offline: AtomicBool::new(false),
             pending_deletes: Mutex::new(Vec::new()),
+            producers: Mutex::new(ProducerStateManager::new(opts.producer_state)),
         };
+        log.load_producer_state(snapshots, &opts)?;
         tracing::debug!(
             partition = %log.tp, log_start, log_end, segments = log.segment_count(),
             recovered = recovering, "opened log"
@@ -261,16 +262,27 @@ fn check_not_foreign(seg: &Segment) -> Result<()> {
 }
 
 /// Removes leftovers, finishes swaps, checks names. Returns the base
-/// offsets of the segments to open, in order.
-fn prepare_folder(dir: &Path) -> Result<Vec<i64>> {
+/// offsets of the segments to open, in order, and the offsets of the
+/// producer snapshots.
+fn prepare_folder(dir: &Path) -> Result<(Vec<i64>, Vec<i64>)> {
     let mut logs = Vec::new();
     let mut swaps = Vec::new();
     let mut others: Vec<(PathBuf, i64, &'static str)> = Vec::new();
+    let mut snapshots = Vec::new();
     for entry in std::fs::read_dir(dir).at(dir)? {
         let entry = entry.at(dir)?;
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
         if SNAPSHOT_SUFFIXES.iter().any(|s| name.ends_with(s)) {
+            continue;
+        }
+        if let Some(offset) = parse_snapshot_name(&name) {
+            snapshots.push(offset);
+            continue;
+        }
+        if name.ends_with(&format!("{SNAPSHOT_SUFFIX}{DELETED_SUFFIX}")) {
+            // Kafka renames a snapshot `.deleted` before it goes.
+            std::fs::remove_file(&path).at(&path)?;
             continue;
         }
         if KNOWN_FILES.contains(&name.as_str()) || name.ends_with(".tmp") {
@@ -330,7 +342,7 @@ fn prepare_folder(dir: &Path) -> Result<Vec<i64>> {
             std::fs::remove_file(&path).at(&path)?;
         }
     }
-    Ok(logs)
+    Ok((logs, snapshots))
 }
 
 /// Last offset of the batches in a (swap) log file.

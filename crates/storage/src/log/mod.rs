@@ -8,6 +8,8 @@
 //! - `append`: offset assignment and the write on the produce path.
 //! - `read`: reads by offset and lookups by time (ListOffsets).
 //! - `replay`: every batch from an offset, for owners rebuilding state.
+//! - `producer`: producer state (idempotence) on append, roll, load,
+//!   truncation, retention and close; its snapshots.
 //! - `retention`: deleting old segments, log start offset, truncation.
 //!
 //! Locking: one append lock per partition serializes writers (append, roll,
@@ -17,6 +19,7 @@
 
 mod append;
 mod load;
+mod producer;
 mod read;
 mod replay;
 mod retention;
@@ -31,6 +34,7 @@ use crate::clock::Clock;
 use crate::config::LogConfig;
 use crate::epoch::LeaderEpochCache;
 use crate::error::{Result, StorageError};
+use crate::producer::{ProducerStateConfig, ProducerStateManager};
 use crate::segment::{Segment, SegmentSettings};
 use crate::TopicPartition;
 
@@ -47,8 +51,12 @@ pub struct LogOpenOptions {
     pub recovery_point: i64,
     pub log_start_offset: i64,
     pub high_watermark: i64,
-    /// The data folder had a clean-shutdown marker: skip the recovery scan.
+    /// The data folder had a clean-shutdown marker: skip the recovery scan
+    /// (and trust the producer snapshot at the log end).
     pub clean_shutdown: bool,
+    /// Producer-state settings (`producer.id.expiration.ms`, the bound on
+    /// producer ids).
+    pub producer_state: ProducerStateConfig,
 }
 
 /// The append lock's token: holding it makes the holder the only writer.
@@ -76,6 +84,9 @@ pub struct Log {
     /// their files may go (`file.delete.delay.ms`, Kafka's
     /// `asyncDeleteSegment`). Readers that still hold one keep reading it.
     pending_deletes: Mutex<Vec<(i64, Arc<Segment>)>>,
+    /// Producer ids, epochs and sequences (idempotence); changed only by
+    /// the holder of the append lock, except for expiry.
+    producers: Mutex<ProducerStateManager>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -227,6 +238,9 @@ impl Log {
         for s in segs {
             s.flush().map_err(|e| self.go_offline(e))?;
         }
+        // Snapshots written on roll are fsynced with the data below them.
+        self.sync_producer_snapshots()
+            .map_err(|e| self.go_offline(e))?;
         // New segment files must survive a power loss too.
         crate::checkpoint::sync_dir(&self.dir).map_err(|e| self.go_offline(e))?;
         self.recovery_point.fetch_max(end, Ordering::AcqRel);
@@ -241,8 +255,9 @@ impl Log {
     }
 
     /// Flushes, seals the active segment's indexes (trimmed, final time
-    /// index entry) and writes the leader epoch checkpoint. The log must not
-    /// be appended to afterwards.
+    /// index entry), writes the leader epoch checkpoint and a producer
+    /// snapshot at the log end (fsynced). The log must not be appended to
+    /// afterwards.
     pub fn close(&self) -> Result<()> {
         let _w = self.writer();
         if !self.is_offline() {
@@ -251,6 +266,7 @@ impl Log {
             active.seal()?;
             active.flush()?;
             lock(&self.epochs).flush()?;
+            self.snapshot_producers_at(self.log_end_offset(), true)?;
         }
         Ok(())
     }
@@ -274,6 +290,10 @@ impl Log {
             .map_err(|e| self.go_offline(e))?;
         let seg = Arc::new(seg);
         self.write_segments().insert(base, Arc::clone(&seg));
+        // Kafka's roll: the producer state of everything below the new
+        // segment, so recovery can start from its base.
+        self.snapshot_producers_at(base, false)
+            .map_err(|e| self.go_offline(e))?;
         tracing::debug!(partition = %self.tp, base, "rolled new segment");
         Ok(seg)
     }
@@ -302,5 +322,7 @@ impl Log {
 
 #[cfg(test)]
 mod config_tests;
+#[cfg(test)]
+mod producer_tests;
 #[cfg(test)]
 mod tests;

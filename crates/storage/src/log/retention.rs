@@ -2,6 +2,11 @@
 //! active one), the log start offset (DeleteRecords), and truncation for
 //! followers.
 //!
+//! Producer state follows Kafka's rules: segments that go take their
+//! producer snapshots with them, the in-memory state stays (a producer
+//! whose batches were all deleted is still known until it expires); a
+//! truncation reloads the state from the newest snapshot below the new end.
+//!
 //! A segment leaving the log (retention, cleaning, truncation) is taken out
 //! of the segment map and renamed `.deleted` at once; its files go
 //! `file.delete.delay.ms` later ([`Log::delete_expired_files`], run by the
@@ -51,6 +56,7 @@ impl Log {
         }
         let new_start = segs[doomed.len()].base_offset;
         self.remove_segments(&doomed)?;
+        self.delete_producer_snapshots(&doomed.iter().map(|s| s.base_offset).collect::<Vec<_>>())?;
         if new_start > self.log_start_offset() {
             self.set_log_start_offset(new_start)?;
         }
@@ -111,6 +117,7 @@ impl Log {
             return Ok(0);
         }
         self.remove_segments(&doomed)?;
+        self.delete_producer_snapshots(&doomed.iter().map(|s| s.base_offset).collect::<Vec<_>>())?;
         tracing::info!(partition = %self.tp, deleted = doomed.len(), log_start, "deleted segments below the log start offset");
         Ok(doomed.len())
     }
@@ -220,7 +227,10 @@ impl Log {
         // and the log then ends where that batch began.
         let end = seg.next_offset().min(offset);
         self.write_segments().insert(base, Arc::new(seg));
-        self.after_truncation(end)
+        self.after_truncation(end)?;
+        self.reload_producer_state()
+            .map(|_| ())
+            .map_err(|e| self.go_offline(e))
     }
 
     /// Base offset of the batch holding `offset`, if it starts before it.
@@ -254,9 +264,13 @@ impl Log {
         self.log_end_offset.store(offset, Ordering::Release);
         self.high_watermark.store(offset, Ordering::Release);
         self.recovery_point.store(offset, Ordering::Release);
-        let mut epochs = lock(&self.epochs);
-        epochs.truncate_from_end(i64::MIN);
-        epochs.flush().map_err(|e| self.go_offline(e))
+        {
+            let mut epochs = lock(&self.epochs);
+            epochs.truncate_from_end(i64::MIN);
+            epochs.flush().map_err(|e| self.go_offline(e))?;
+        }
+        self.reset_producer_state(offset)
+            .map_err(|e| self.go_offline(e))
     }
 
     fn after_truncation(&self, offset: i64) -> Result<()> {

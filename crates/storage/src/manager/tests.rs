@@ -313,3 +313,100 @@ fn stray_folders_are_renamed_aside_and_kept() {
     assert!(n.len() <= 255 && n.ends_with(STRAY_DIR_SUFFIX), "{n}");
     assert!(n.contains("-7."), "{n}");
 }
+
+fn producer_batch(pid: i64, seq: i32, ts: i64) -> Vec<u8> {
+    let producer = sluice_protocol::record::codec::ProducerInfo {
+        producer_id: pid,
+        producer_epoch: 0,
+        base_sequence: seq,
+    };
+    let mut b = BatchBuilder::new(Compression::None, ts).producer(producer, false);
+    b.push(Record::new(Some(b"k".to_vec()), Some(b"v".to_vec()), ts));
+    b.build(0).expect("build")
+}
+
+/// The scheduler forgets producer ids idle for `producer.id.expiration.ms`
+/// every `producer.id.expiration.check.interval.ms`; restarts, clean or
+/// not, keep what was left.
+#[test]
+fn producer_ids_expire_in_the_background_and_the_state_survives_restarts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let mc = ManagerConfig {
+        producer_state: ProducerStateConfig {
+            producer_id_expiration_ms: 60_000,
+            max_producer_ids: 1_000,
+        },
+        producer_id_expiration_check_interval_ms: 20,
+        ..config(dir.path(), &clock)
+    };
+    let m = LogManager::open(mc.clone()).expect("open");
+    let tp = TopicPartition::new("idem", 0);
+    let log = m
+        .get_or_create(&tp, mc.default_config.clone())
+        .expect("create");
+    log.append_as_leader_from(
+        &mut producer_batch(1, 0, T0),
+        0,
+        crate::AppendOrigin::Client,
+    )
+    .expect("1");
+    log.append_as_leader_from(
+        &mut producer_batch(2, 0, T0 + 50_000),
+        0,
+        crate::AppendOrigin::Client,
+    )
+    .expect("2");
+    m.start_background();
+    clock.advance(60_000);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while log.producer_id_count() > 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        log.active_producers()
+            .iter()
+            .map(|p| p.producer_id)
+            .collect::<Vec<_>>(),
+        vec![2],
+        "producer 1 expired, 2 is 10 s idle"
+    );
+    m.shutdown().expect("shutdown");
+    drop((log, m));
+
+    // Clean restart: the snapshot written at close holds producer 2 only.
+    let m = LogManager::open(mc.clone()).expect("reopen");
+    let log = m.get(&tp).expect("log");
+    assert_eq!(log.producer_load().replayed_batches, 0);
+    assert_eq!(log.producer_id_count(), 1);
+    let dup = log
+        .append_as_leader_from(
+            &mut producer_batch(2, 0, T0 + 50_000),
+            0,
+            crate::AppendOrigin::Client,
+        )
+        .expect("retry");
+    assert!(dup.duplicate);
+    log.append_as_leader_from(
+        &mut producer_batch(2, 1, T0 + 61_000),
+        0,
+        crate::AppendOrigin::Client,
+    )
+    .expect("next");
+    drop((log, m)); // a crash: no snapshot at the end, no clean marker
+
+    // Unclean restart: the snapshot the clean shutdown left at offset 2 lies
+    // at the checkpointed recovery point, so it is loaded and only the
+    // batch after it replayed; producer 1 stays forgotten.
+    let m = LogManager::open(mc).expect("reopen after crash");
+    let log = m.get(&tp).expect("log");
+    assert_eq!(
+        log.producer_load(),
+        crate::ProducerLoad {
+            snapshot: Some(2),
+            replayed_batches: 1
+        }
+    );
+    assert_eq!(log.producer_state(2).map(|p| p.last_seq()), Some(1));
+    assert!(log.producer_state(1).is_none());
+}

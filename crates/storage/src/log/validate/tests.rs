@@ -477,8 +477,20 @@ fn recompression_to_each_codec_reads_back_the_same_records() {
             let mut bytes = b.build(0).expect("build");
             log.append_as_leader_from(&mut bytes, 0, AppendOrigin::Client)
                 .expect("append");
-            log.append_as_leader_from(&mut b.build(0).expect("build"), 0, AppendOrigin::Client)
-                .expect("append again");
+            // The same records as the producer's next batch (the same
+            // sequence again would be a duplicate).
+            let mut next = BatchBuilder::new(source, T0).producer(
+                ProducerInfo {
+                    base_sequence: 20,
+                    ..producer
+                },
+                true,
+            );
+            for r in &sent {
+                next.push_ref(r);
+            }
+            log.append_as_leader_from(&mut next.build(0).expect("build"), 0, AppendOrigin::Client)
+                .expect("append the next batch");
             let batches = stored(&log);
             assert_eq!(batches.len(), 2);
             for (n, (h, records)) in batches.iter().enumerate() {
@@ -489,7 +501,7 @@ fn recompression_to_each_codec_reads_back_the_same_records() {
                 assert!(h.is_transactional());
                 assert_eq!(
                     (h.producer_id, h.producer_epoch, h.base_sequence),
-                    (9, 2, 0)
+                    (9, 2, 20 * n as i32)
                 );
                 for (i, (got, want)) in records.iter().zip(&sent).enumerate() {
                     assert_eq!(got.offset, h.base_offset + i as i64);
