@@ -56,6 +56,8 @@ pub struct Broker {
     pub(crate) groups: crate::groups::Groups,
     /// Incremental fetch sessions (KIP-227).
     pub(crate) fetch_sessions: crate::fetch_session::FetchSessionCache,
+    /// Producer ids for InitProducerId (blocks from the metadata log).
+    pub(crate) producer_ids: crate::producer_ids::ProducerIds,
 }
 
 impl Broker {
@@ -108,6 +110,7 @@ impl Broker {
             appended: tokio::sync::Notify::new(),
             fetch_sessions,
             groups,
+            producer_ids: Default::default(),
         });
         broker.reconcile_logs()?;
         broker

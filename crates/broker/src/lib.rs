@@ -13,6 +13,8 @@
 //! - `limits`: bytes held by requests across connections
 //!   (`queued.max.request.bytes`), `max.connections`,
 //!   `max.connections.per.ip`.
+//! - `producer_ids`: producer ids for InitProducerId, in blocks recorded
+//!   in the metadata log.
 //! - `handlers`: one file per Kafka API (decode, delegate, respond), each
 //!   declaring the versions it implements; `handlers::errors` maps storage
 //!   and broker errors to Kafka error codes in one place.
@@ -27,6 +29,7 @@ mod groups;
 mod handlers;
 pub mod internal_topics;
 mod limits;
+mod producer_ids;
 mod reconcile;
 pub mod server;
 

@@ -21,6 +21,7 @@ mod fetch;
 mod find_coordinator;
 mod heartbeat;
 mod incremental_alter_configs;
+mod init_producer_id;
 mod join_group;
 mod leave_group;
 mod list_groups;
@@ -97,6 +98,7 @@ apis! {
     OffsetFetch => offset_fetch, OffsetFetchRequest;
     OffsetDelete => offset_delete, OffsetDeleteRequest;
     DescribeTopicPartitions => describe_topic_partitions, DescribeTopicPartitionsRequest;
+    InitProducerId => init_producer_id, InitProducerIdRequest;
 }
 
 fn supported(key: ApiKey) -> Option<(i16, i16)> {
@@ -216,6 +218,7 @@ pub(crate) async fn handle(
         Request::DescribeTopicPartitions(req) => {
             ctx.respond(&describe_topic_partitions::handle(broker, req, &ctx))
         }
+        Request::InitProducerId(req) => ctx.respond(&init_producer_id::handle(broker, req, &ctx)),
     }
 }
 
