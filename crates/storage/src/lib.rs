@@ -13,6 +13,7 @@
 //!   [`partition_metadata`] the topic id of a partition folder.
 //! - [`config`] holds Kafka's topic config names and defaults.
 
+mod active_producers_placeholder; // PLACEHOLDER: replaced by pstate's producer state
 pub mod checkpoint;
 pub mod cleaner;
 pub mod clock;
@@ -25,6 +26,7 @@ pub mod manager;
 pub mod partition_metadata;
 pub mod segment;
 
+pub use active_producers_placeholder::ActiveProducer; // PLACEHOLDER (pstate)
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{CleanupPolicy, LogConfig, TimestampType, TopicCompression};
 pub use error::{RecordError, RecordErrorKind, Result, StorageError};

@@ -15,6 +15,7 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
+mod describe_producers;
 mod describe_topic_partitions;
 pub(crate) mod errors;
 mod fetch;
@@ -99,6 +100,7 @@ apis! {
     OffsetDelete => offset_delete, OffsetDeleteRequest;
     DescribeTopicPartitions => describe_topic_partitions, DescribeTopicPartitionsRequest;
     InitProducerId => init_producer_id, InitProducerIdRequest;
+    DescribeProducers => describe_producers, DescribeProducersRequest;
 }
 
 fn supported(key: ApiKey) -> Option<(i16, i16)> {
@@ -219,6 +221,9 @@ pub(crate) async fn handle(
             ctx.respond(&describe_topic_partitions::handle(broker, req, &ctx))
         }
         Request::InitProducerId(req) => ctx.respond(&init_producer_id::handle(broker, req, &ctx)),
+        Request::DescribeProducers(req) => {
+            ctx.respond(&describe_producers::handle(broker, req, &ctx))
+        }
     }
 }
 
