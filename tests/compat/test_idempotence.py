@@ -272,3 +272,21 @@ def test_sluice_produce_idempotent_by_default(server):
                                          "--topic", "idem-sluice", "--key-separator", ":"],
                                 feed=True)
     check_run(server, "idem-sluice", *run)
+
+
+def test_describe_producers_with_kafka_python_admin(server):
+    """kafka-python 3's KafkaAdminClient.describe_producers after its own
+    idempotent producer wrote 10 records (one at a time) to partition 0:
+    that producer, epoch 0, last sequence 9, no transaction; nobody on
+    partition 1; a missing topic is UNKNOWN_TOPIC_OR_PARTITION. Needs the
+    broker's producer state (the `pstate` branch)."""
+    py = os.environ.get("SLUICETEST_PYTHON_KP3")
+    assert py, "SLUICETEST_PYTHON_KP3 is not set (kafka-python 3's virtualenv)"
+    run = subprocess.run([py, str(HERE / "describe_producers_check.py"), server.bootstrap,
+                          "described"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-4000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    pid, epoch = got["producer"]
+    assert epoch == 0 and pid >= 0, got
+    assert got["states"] == {"0": [[pid, 0, 9, -1, -1]], "1": []}, got
+    assert got["missing"] == "UnknownTopicOrPartitionError", got
