@@ -182,7 +182,7 @@ impl Idempotence {
     /// InitProducerId answered: new batches use `(id, epoch)`. Partitions
     /// waiting for a rewrite (the epoch ran out) are rewritten now.
     pub(crate) fn set_producer_id(&mut self, id: i64, epoch: i16) {
-        tracing::info!(producer_id = id, epoch, "producer id set");
+        tracing::debug!(producer_id = id, epoch, "producer id set");
         self.producer = Some((id, epoch));
         self.init = Init::Ready;
         self.apply_rewrites();
@@ -212,12 +212,12 @@ impl Idempotence {
             self.bump_required = false;
             match self.producer {
                 Some((id, epoch)) if epoch < i16::MAX => {
-                    tracing::info!(producer_id = id, epoch = epoch + 1, partitions = ?self.rewrite, "bumping the producer epoch");
+                    tracing::debug!(producer_id = id, epoch = epoch + 1, partitions = ?self.rewrite, "bumping the producer epoch");
                     self.producer = Some((id, epoch + 1));
                     self.apply_rewrites();
                 }
                 Some((id, _)) => {
-                    tracing::info!(
+                    tracing::debug!(
                         producer_id = id,
                         "producer epoch exhausted; asking for a new producer id"
                     );
@@ -265,7 +265,7 @@ impl Idempotence {
                 continue;
             };
             if p.next_sequence.wrapping_sub(p.last_acked_sequence) != 1 {
-                tracing::info!(partition = %tp, last_acked = p.last_acked_sequence, next = p.next_sequence, "unacknowledged batches left a gap; bumping the epoch");
+                tracing::debug!(partition = %tp, last_acked = p.last_acked_sequence, next = p.next_sequence, "unacknowledged batches left a gap; bumping the epoch");
                 self.request_bump(&tp);
             }
         }
