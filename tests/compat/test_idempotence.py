@@ -290,3 +290,23 @@ def test_describe_producers_with_kafka_python_admin(server):
     assert epoch == 0 and pid >= 0, got
     assert got["states"] == {"0": [[pid, 0, 9, -1, -1]], "1": []}, got
     assert got["missing"] == "UnknownTopicOrPartitionError", got
+
+
+def test_kafka_python_2_enable_idempotence(server):
+    """kafka-python 2.2 with enable_idempotence=True (InitProducerId v0/v1,
+    one request in flight): 2,000 records, each read back once, in order,
+    all written under the producer id it was given at epoch 0."""
+    from kafka import KafkaProducer
+
+    create_topic(server, "idem-kp2")
+    p = KafkaProducer(bootstrap_servers=server.bootstrap, enable_idempotence=True)
+    futures = [p.send("idem-kp2", key=b"k%d" % (i % 30), value=b"%d" % i) for i in range(2000)]
+    p.flush(timeout=60)
+    assert all(f.get(timeout=10) for f in futures)
+    pid = p._transaction_manager.producer_id_and_epoch
+    assert pid.producer_id >= 0 and pid.epoch == 0, pid
+    p.close()
+    parts = read_back(server, "idem-kp2")
+    assert sorted(v for vs in parts.values() for v in vs) == list(range(2000))
+    for values in parts.values():
+        assert values == sorted(values)
