@@ -61,8 +61,11 @@
 //! outcome. Batches still in the accumulator (never sent, e.g. no leader or
 //! an unreachable broker, or waiting for a retry) are expired by the sender
 //! once it has passed; batches in flight are failed when their request
-//! outlives it (their partition stays muted until that request completes,
-//! so ordering is kept). Their records fail with [`ClientError::Timeout`]
+//! outlives it (their in-flight slot, and for an idempotent producer their
+//! sequence numbers, stay taken until that request completes, so ordering
+//! is kept; an idempotent producer then waits for every batch of the
+//! partition to settle before it sends new ones, and bumps its epoch if the
+//! expired batch turns out not to have been written). Their records fail with [`ClientError::Timeout`]
 //! naming the topic-partition, like Kafka's `Expiring N record(s) for T-P: X
 //! ms has passed since batch creation`. As Kafka does, [`Producer::new`]
 //! rejects `delivery.timeout.ms < linger.ms + request.timeout.ms`.
