@@ -9,6 +9,7 @@ deliveries are counted and the first few errors printed; the script exits
 with status 1 when any record failed or was not read back.
 
 Usage: scripts/bench_confluent.py [--bootstrap HOST:PORT] [--messages N] [--size BYTES]
+                                  [--acks A] [--idempotence] [--batch-size BYTES]
 Starts nothing: point it at a running server (release build recommended):
     cargo run --release -p sluice-cli -- server --data-dir /tmp/bench-data &
     target/test-venv/bin/python scripts/bench_confluent.py
@@ -49,6 +50,10 @@ def main():
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--acks", default="1")
     ap.add_argument("--compression", default="none")
+    ap.add_argument("--idempotence", action="store_true",
+                    help="enable.idempotence=true (needs --acks all)")
+    ap.add_argument("--batch-size", type=int, default=1_000_000,
+                    help="batch.size (librdkafka's default: 1000000)")
     ap.add_argument("--consume-timeout", type=float, default=60.0,
                     help="seconds without a new record before the consume phase gives up")
     a = ap.parse_args()
@@ -58,8 +63,9 @@ def main():
 
     payload = b"x" * a.size
     p = Producer({"bootstrap.servers": a.bootstrap, "acks": a.acks,
-                  "linger.ms": 5, "batch.size": 1_000_000,
+                  "linger.ms": 5, "batch.size": a.batch_size,
                   "compression.type": a.compression,
+                  "enable.idempotence": a.idempotence,
                   "queue.buffering.max.messages": 1_000_000})
     delivered = Deliveries()
     t0 = time.perf_counter()
@@ -94,7 +100,8 @@ def main():
     c.close()
 
     mb = delivered.ok * a.size / 1e6
-    print(f"produce: {delivered.ok} of {a.messages} x {a.size} B delivered, acks={a.acks}, "
+    idem = ", idempotent" if a.idempotence else ""
+    print(f"produce: {delivered.ok} of {a.messages} x {a.size} B delivered, acks={a.acks}{idem}, "
           f"{a.compression}: {delivered.ok / t_prod:,.0f} msg/s, {mb / t_prod:.1f} MB/s "
           f"({t_prod:.2f} s); {delivered.failed} failed, {unreported} unreported")
     for e in delivered.errors:

@@ -58,6 +58,8 @@ pub struct Broker {
     pub(crate) groups: crate::groups::Groups,
     /// Incremental fetch sessions (KIP-227).
     pub(crate) fetch_sessions: crate::fetch_session::FetchSessionCache,
+    /// Producer ids for InitProducerId (blocks from the metadata log).
+    pub(crate) producer_ids: crate::producer_ids::ProducerIds,
 }
 
 impl Broker {
@@ -113,6 +115,7 @@ impl Broker {
             partitions: crate::partition::Partitions::default(),
             fetch_sessions,
             groups,
+            producer_ids: Default::default(),
         });
         broker.reconcile_logs()?;
         broker.sync_partitions();

@@ -18,6 +18,8 @@
 //!   parked fetches); every append goes through it.
 //! - `groups`: the group coordinator runtime over `sluice-coordinator`.
 //! - `blocking`: disk work kept off the async workers.
+//! - `producer_ids`: producer ids for InitProducerId, in blocks recorded
+//!   in the metadata log.
 //! - `handlers`: one file per Kafka API (decode, delegate, respond), each
 //!   declaring the versions it implements; `handlers::errors` maps storage
 //!   and broker errors to Kafka error codes in one place.
@@ -34,6 +36,7 @@ mod handlers;
 pub mod internal_topics;
 mod limits;
 mod partition;
+mod producer_ids;
 mod reconcile;
 pub mod server;
 

@@ -1,7 +1,8 @@
 //! Flags shared by the client subcommands: where to connect
 //! ([`ClientArgs`]: `--bootstrap-server`, `--timeout-ms`) and how to produce
 //! ([`ProducerArgs`]: `--acks`, `--compression`, `--linger-ms`,
-//! `--batch-size`), plus the connect helpers built on them.
+//! `--batch-size`, `--buffer-memory`, `--enable-idempotence`,
+//! `--max-in-flight`), plus the connect helpers built on them.
 
 use std::future::Future;
 use std::time::Duration;
@@ -84,6 +85,15 @@ pub struct ProducerArgs {
     /// blocks when it is full.
     #[arg(long, value_name = "BYTES", default_value_t = 33_554_432, value_parser = clap::value_parser!(u64).range(1..))]
     pub buffer_memory: u64,
+    /// `enable.idempotence`. Default: on when --acks is all, as Kafka's
+    /// producer; `true` with --acks 0 or 1 is an error.
+    #[arg(long, value_name = "true|false")]
+    pub enable_idempotence: Option<bool>,
+    /// Produce requests outstanding per broker
+    /// (`max.in.flight.requests.per.connection`; at most 5 with
+    /// idempotence).
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_in_flight: u32,
 }
 
 impl ProducerArgs {
@@ -96,6 +106,11 @@ impl ProducerArgs {
         config.batch_size = self.batch_size as usize;
         config.buffer_memory = usize::try_from(self.buffer_memory).unwrap_or(usize::MAX);
         config.request_timeout = client.timeout();
+        config.enable_idempotence = self.enable_idempotence;
+        config.max_in_flight = self.max_in_flight as usize;
+        config
+            .validate()
+            .context("invalid producer settings (--acks, --enable-idempotence, --max-in-flight)")?;
         Ok(config)
     }
 

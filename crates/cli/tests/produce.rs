@@ -171,12 +171,47 @@ fn error_exits() {
         (&["--topic", "t", "--header", "novalue"], "KEY=VALUE"),
         (&["--topic", "t", "--partition", "-1"], "--partition"),
         (&["--acks", "1"], "--topic"),
+        (
+            &["--topic", "t", "--enable-idempotence", "maybe"],
+            "--enable-idempotence",
+        ),
+        (&["--topic", "t", "--max-in-flight", "0"], "--max-in-flight"),
     ] {
         let o = produce(&s, args, "x\n");
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains("error:"), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
     }
+    // Idempotence needs acks=all and at most 5 requests in flight, as in
+    // Kafka: conflicting settings fail before anything is sent.
+    for (args, needle) in [
+        (
+            &[
+                "--topic",
+                "t",
+                "--acks",
+                "1",
+                "--enable-idempotence",
+                "true",
+            ][..],
+            "acks must be all",
+        ),
+        (&["--topic", "t", "--max-in-flight", "6"], "at most 5"),
+    ] {
+        fails_with(&produce(&s, args, "x\n"), needle);
+    }
+    ok(&produce(
+        &s,
+        &[
+            "--topic",
+            "t2",
+            "--max-in-flight",
+            "6",
+            "--enable-idempotence",
+            "false",
+        ],
+        "x\n",
+    ));
     if have_kcat("error_exits") {
         // Only the line before the bad one reached topic t.
         assert_eq!(kcat_read(&s, "t", "%k=%s\n"), ["k=v"]);

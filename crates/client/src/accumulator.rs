@@ -27,13 +27,18 @@
 //! back first in line; its partition is not drainable (and newer batches
 //! wait behind it) until the backoff has passed.
 //!
-//! Idempotence hooks: each partition queue keeps `next_sequence`; when a
-//! producer id is set ([`RecordAccumulator::set_producer`]), drained batches
-//! get `base_sequence = next_sequence` and the counter advances by the batch's
-//! record count. Without one, producer id, epoch and base sequence stay -1.
+//! Idempotence: the accumulator does not own sequence numbers. The sender
+//! looks at what a partition would drain next ([`RecordAccumulator::front`]:
+//! a retry or a new batch), asks the producer's idempotence state whether
+//! it may go, and drains it with [`RecordAccumulator::drain_next`], which
+//! writes the producer id, epoch and base sequence it is given into a new
+//! batch's header (a retry goes out as it was, the sender rewrites it when
+//! its sequence was reset). [`RecordAccumulator::drain_partition_max`]
+//! drains without producer state (id, epoch and base sequence -1).
 
 use std::collections::{BTreeMap, VecDeque};
 
+use sluice_protocol::record::batch::set_producer_state;
 use sluice_protocol::record::codec::{put_varint, ProducerInfo};
 use sluice_protocol::record::{BatchBuilder, Compression, Record};
 
@@ -170,6 +175,24 @@ pub struct ReadyBatch {
     pub attempts: u32,
 }
 
+impl ReadyBatch {
+    /// Rewrites the producer id, epoch and base sequence in the encoded
+    /// header (and its CRC), e.g. after an idempotent producer's epoch bump
+    /// reset the partition's sequences.
+    pub fn set_producer(&mut self, producer: ProducerInfo) {
+        if self.producer == producer || self.bytes.len() < BATCH_HEADER_LEN {
+            return;
+        }
+        set_producer_state(
+            &mut self.bytes,
+            producer.producer_id,
+            producer.producer_epoch,
+            producer.base_sequence,
+        );
+        self.producer = producer;
+    }
+}
+
 /// A batch dropped by [`RecordAccumulator::expire`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExpiredBatch {
@@ -194,8 +217,6 @@ struct PartitionQueue {
     retries: VecDeque<ReadyBatch>,
     /// The retries are not drained before this time (retry backoff).
     retry_not_before: u64,
-    /// Next sequence number for idempotent batches.
-    next_sequence: i32,
     /// Muted partitions (a batch in flight with max in-flight 1) are skipped.
     muted: bool,
 }
@@ -208,7 +229,23 @@ pub struct RecordAccumulator {
     used_memory: usize,
     next_batch_id: BatchId,
     flushing: bool,
-    producer: Option<(i64, i16)>,
+}
+
+/// What a partition would drain next ([`RecordAccumulator::front`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Front {
+    /// A batch given back for a retry (it keeps its producer state).
+    Retry {
+        /// The batch.
+        id: BatchId,
+    },
+    /// A batch never drained (it gets its producer state when drained).
+    New {
+        /// The batch.
+        id: BatchId,
+        /// Its records.
+        records: u32,
+    },
 }
 
 /// The exact uncompressed size of `record` encoded at `offset_delta` with
@@ -244,7 +281,6 @@ impl RecordAccumulator {
             used_memory: 0,
             next_batch_id: 0,
             flushing: false,
-            producer: None,
         }
     }
 
@@ -261,16 +297,6 @@ impl RecordAccumulator {
     /// Bytes free before appends block.
     pub fn available_memory(&self) -> usize {
         self.config.buffer_memory.saturating_sub(self.used_memory)
-    }
-
-    /// Sets (or clears) the producer id and epoch for idempotent batches.
-    pub fn set_producer(&mut self, producer: Option<(i64, i16)>) {
-        self.producer = producer;
-    }
-
-    /// The next sequence number of `tp` (0 for a new partition).
-    pub fn next_sequence(&self, tp: &TopicPartition) -> i32 {
-        self.queues.get(tp).map_or(0, |q| q.next_sequence)
     }
 
     /// Appends `record` to `tp`'s open batch (opening a new one when it
@@ -442,71 +468,88 @@ impl RecordAccumulator {
     }
 
     /// Drains at most `max` ready batches of one partition, oldest first
-    /// (retries before new batches). Sequence numbers are assigned here, so
-    /// batches left behind get theirs when they are drained.
+    /// (retries before new batches), new ones without producer state.
     pub fn drain_partition_max(
         &mut self,
         tp: &TopicPartition,
         now_ms: u64,
         max: usize,
     ) -> Result<Vec<ReadyBatch>> {
-        let flushing = self.flushing;
-        let linger = self.config.linger_ms;
-        let producer = self.producer;
-        let Some(q) = self.queues.get_mut(tp) else {
-            return Ok(Vec::new());
-        };
-        if q.muted {
-            return Ok(Vec::new());
-        }
-        if !q.retries.is_empty() && now_ms < q.retry_not_before {
-            return Ok(Vec::new());
-        }
-        let take = q.retries.len().min(max);
-        let mut out: Vec<ReadyBatch> = q.retries.drain(..take).collect();
-        if q.retries.is_empty() {
-            q.retry_not_before = 0;
-        }
-        while out.len() < max && q.retries.is_empty() {
-            let Some(b) = q.batches.front() else {
-                break;
-            };
-            let ready = b.closed || flushing || now_ms.saturating_sub(b.created_ms) >= linger;
-            if !ready {
-                break;
+        let mut out = Vec::new();
+        while out.len() < max {
+            match self.drain_next(tp, now_ms, ProducerInfo::default())? {
+                Some(b) => out.push(b),
+                None => break,
             }
-            let Some(b) = q.batches.pop_front() else {
-                break;
-            };
-            let count = b.builder.len() as u32;
-            let info = match producer {
-                Some((producer_id, producer_epoch)) => {
-                    let base_sequence = q.next_sequence;
-                    q.next_sequence = q.next_sequence.wrapping_add(count as i32) & i32::MAX;
-                    ProducerInfo {
-                        producer_id,
-                        producer_epoch,
-                        base_sequence,
-                    }
-                }
-                None => ProducerInfo::default(),
-            };
-            let builder = b.builder.producer(info, false);
-            let bytes = builder
-                .finish(0)
-                .map_err(|e| ClientError::Protocol(e.to_string()))?;
-            out.push(ReadyBatch {
-                id: b.id,
-                tp: tp.clone(),
-                bytes,
-                record_count: count,
-                reserved: b.size,
-                created_ms: b.created_ms,
-                producer: info,
-                attempts: 0,
-            });
         }
         Ok(out)
+    }
+
+    /// What `tp` would drain next at `now_ms`, if anything: its first
+    /// retry once the retry backoff has passed, else its oldest batch when
+    /// it is ready (full, lingered, flushing). Muted partitions drain
+    /// nothing.
+    pub fn front(&self, tp: &TopicPartition, now_ms: u64) -> Option<Front> {
+        let q = self.queues.get(tp)?;
+        if q.muted {
+            return None;
+        }
+        if let Some(r) = q.retries.front() {
+            return (now_ms >= q.retry_not_before).then_some(Front::Retry { id: r.id });
+        }
+        let b = q.batches.front()?;
+        let ready = b.closed
+            || self.flushing
+            || now_ms.saturating_sub(b.created_ms) >= self.config.linger_ms;
+        ready.then_some(Front::New {
+            id: b.id,
+            records: b.builder.len() as u32,
+        })
+    }
+
+    /// Drains what [`Self::front`] names: a retry unchanged, or a new batch
+    /// encoded with the configured compression and `producer` written into
+    /// its header. Memory stays reserved until [`Self::deallocate`].
+    pub fn drain_next(
+        &mut self,
+        tp: &TopicPartition,
+        now_ms: u64,
+        producer: ProducerInfo,
+    ) -> Result<Option<ReadyBatch>> {
+        match self.front(tp, now_ms) {
+            None => Ok(None),
+            Some(Front::Retry { .. }) => {
+                let Some(q) = self.queues.get_mut(tp) else {
+                    return Ok(None);
+                };
+                let r = q.retries.pop_front();
+                if q.retries.is_empty() {
+                    q.retry_not_before = 0;
+                }
+                Ok(r)
+            }
+            Some(Front::New { .. }) => {
+                let Some(b) = self.queues.get_mut(tp).and_then(|q| q.batches.pop_front()) else {
+                    return Ok(None);
+                };
+                let count = b.builder.len() as u32;
+                let bytes = b
+                    .builder
+                    .producer(producer, false)
+                    .finish(0)
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                Ok(Some(ReadyBatch {
+                    id: b.id,
+                    tp: tp.clone(),
+                    bytes,
+                    record_count: count,
+                    reserved: b.size,
+                    created_ms: b.created_ms,
+                    producer,
+                    attempts: 0,
+                }))
+            }
+        }
     }
 
     /// Releases the memory of a batch the sender finished with (acknowledged
@@ -869,36 +912,60 @@ mod tests {
     }
 
     #[test]
-    fn mute_retry_and_sequences() -> Result<()> {
+    fn mute_retry_and_producer_state() -> Result<()> {
         let mut acc = RecordAccumulator::new(AccumulatorConfig::default());
-        acc.set_producer(Some((42, 3)));
         for _ in 0..3 {
             appended(acc.append(&tp(0), rec(1, 0), 0)?);
         }
-        let first = acc.drain(5)?;
-        assert_eq!(first[0].producer.base_sequence, 0);
-        assert_eq!(first[0].producer.producer_id, 42);
-        assert_eq!(acc.next_sequence(&tp(0)), 3);
+        assert_eq!(acc.front(&tp(0), 4), None, "lingering");
+        let Some(Front::New { id, records: 3 }) = acc.front(&tp(0), 5) else {
+            panic!("a new batch of 3 records is ready");
+        };
+        let info = ProducerInfo {
+            producer_id: 42,
+            producer_epoch: 3,
+            base_sequence: 7,
+        };
+        let first = acc.drain_next(&tp(0), 5, info)?.expect("drained");
+        assert_eq!((first.id, first.producer), (id, info));
+        let h =
+            BatchHeader::parse(&first.bytes).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (42, 3, 7)
+        );
         appended(acc.append(&tp(0), rec(1, 0), 6)?);
         acc.mute(&tp(0));
         assert!(acc.ready(100).is_empty());
+        assert_eq!(acc.front(&tp(0), 100), None);
         assert!(acc.drain(100)?.is_empty());
         // The first batch failed retriably: it goes back, first in line.
-        acc.reenqueue(first[0].clone());
+        acc.reenqueue(first.clone());
         assert!(acc.ready(100).is_empty(), "still muted");
         acc.unmute(&tp(0));
-        let again = acc.drain(100)?;
-        assert_eq!(again.len(), 2);
-        assert_eq!(again[0].id, first[0].id);
-        assert_eq!(again[0].attempts, 1);
-        assert_eq!(again[0].bytes, first[0].bytes);
-        assert_eq!(again[1].producer.base_sequence, 3);
-        let h = BatchHeader::parse(&again[1].bytes)
+        assert_eq!(acc.front(&tp(0), 100), Some(Front::Retry { id }));
+        let mut again = acc
+            .drain_next(&tp(0), 100, ProducerInfo::default())?
+            .expect("retry");
+        assert_eq!((again.id, again.attempts, again.producer), (id, 1, info));
+        assert_eq!(again.bytes, first.bytes, "a retry goes out unchanged");
+        // An epoch bump resets its sequence: header and CRC rewritten.
+        let bumped = ProducerInfo {
+            producer_epoch: 4,
+            base_sequence: 0,
+            ..info
+        };
+        again.set_producer(bumped);
+        let h = sluice_protocol::record::batch::validate_crc(&again.bytes)
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
         assert_eq!(
             (h.producer_id, h.producer_epoch, h.base_sequence),
-            (42, 3, 3)
+            (42, 4, 0)
         );
+        assert_eq!(again.producer, bumped);
+        let rest = acc.drain(100)?;
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].producer, ProducerInfo::default());
         Ok(())
     }
 

@@ -8,7 +8,7 @@
 //! | [`connection`] | one TCP connection: framing, version negotiation, timeouts |
 //! | [`cluster`] | bootstrap, metadata cache, per-broker connections, retries |
 //! | [`admin`] | topics, configs, groups, offsets, delete records, cluster |
-//! | [`producer`], [`accumulator`], [`partitioner`] | batching, the sender task, murmur2 and sticky partitioning |
+//! | [`producer`], [`accumulator`], [`partitioner`] | batching, the sender task, the idempotent producer (on by default), murmur2 and sticky partitioning |
 //! | [`consumer`] | group membership, assignors, fetching, commits |
 //! | [`error`] | [`ClientError`], carrying Kafka's error code and name |
 //!

@@ -1,7 +1,8 @@
 //! `max.in.flight.requests.per.connection` against a fake broker that
 //! answers Produce requests slowly (in order) and counts how many are
 //! outstanding at once: the producer pipelines up to the limit across
-//! partitions, never more, and never two batches of one partition.
+//! partitions, never more; without idempotence never two batches of one
+//! partition, with it up to the limit (at most 5) per partition.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,8 +16,8 @@ use proto_kafka::messages::metadata_response::{
 };
 use proto_kafka::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use proto_kafka::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, MetadataResponse, ProduceRequest, ProduceResponse,
-    RequestHeader, ResponseHeader, TopicName,
+    ApiKey, ApiVersionsResponse, BrokerId, InitProducerIdResponse, MetadataResponse,
+    ProduceRequest, ProduceResponse, ProducerId, RequestHeader, ResponseHeader, TopicName,
 };
 use proto_kafka::protocol::{Decodable, Encodable, StrBytes};
 use sluice_client::{ClientConfig, Producer, ProducerConfig, ProducerRecord};
@@ -35,6 +36,8 @@ struct Stats {
     partitions: Mutex<Vec<i32>>,
     /// A partition was in two outstanding requests at once.
     overlap: AtomicUsize,
+    /// Most batches of one partition outstanding at once.
+    max_per_partition: AtomicUsize,
 }
 
 fn frame<E: Encodable>(key: ApiKey, version: i16, correlation: i32, body: &E) -> Bytes {
@@ -92,6 +95,7 @@ async fn serve(stream: TcpStream, port: u16, stats: Arc<Stats>) {
                     (ApiKey::ApiVersions, 0, 3),
                     (ApiKey::Metadata, 0, 12),
                     (ApiKey::Produce, 3, 12),
+                    (ApiKey::InitProducerId, 0, 5),
                 ] {
                     let mut v = ApiVersion::default();
                     v.api_key = k as i16;
@@ -122,6 +126,12 @@ async fn serve(stream: TcpStream, port: u16, stats: Arc<Stats>) {
                 resp.topics.push(t);
                 (now, frame(key, version, c, &resp), Vec::new())
             }
+            ApiKey::InitProducerId => {
+                let mut resp = InitProducerIdResponse::default();
+                resp.producer_id = ProducerId(4000);
+                resp.producer_epoch = 0;
+                (now, frame(key, version, c, &resp), Vec::new())
+            }
             ApiKey::Produce => {
                 let req = ProduceRequest::decode(&mut body, version).expect("produce");
                 let mut resp = ProduceResponse::default();
@@ -146,6 +156,8 @@ async fn serve(stream: TcpStream, port: u16, stats: Arc<Stats>) {
                             stats.overlap.fetch_add(1, Ordering::SeqCst);
                         }
                         out.push(*p);
+                        let n = out.iter().filter(|x| *x == p).count();
+                        stats.max_per_partition.fetch_max(n, Ordering::SeqCst);
                     }
                 }
                 let n = stats.outstanding.fetch_add(1, Ordering::SeqCst) + 1;
@@ -176,14 +188,23 @@ async fn fake_broker() -> (String, Arc<Stats>) {
 }
 
 /// Sends one record to each partition, 40 ms apart, with `linger.ms` 0, so
-/// each partition's batch is ready while earlier requests are outstanding.
-async fn run(max_in_flight: usize) -> Arc<Stats> {
+/// each partition's batch is ready while earlier requests are outstanding;
+/// `idempotent`: six records to partition 0 first, 5 ms apart.
+async fn run(max_in_flight: usize, idempotent: bool) -> Arc<Stats> {
     let (addr, stats) = fake_broker().await;
     let mut cfg = ProducerConfig::new(ClientConfig::new(&addr));
     cfg.linger_ms = 0;
     cfg.max_in_flight = max_in_flight;
+    cfg.enable_idempotence = Some(idempotent);
     let p = Producer::new(cfg).await.expect("producer");
     let mut futs = Vec::new();
+    if idempotent {
+        for i in 0..6 {
+            let rec = ProducerRecord::new("t", format!("p0-{i}").into_bytes()).partition(0);
+            futs.push(p.send(rec).await.expect("send"));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
     for round in 0..2 {
         for i in 0..PARTITIONS {
             let rec = ProducerRecord::new("t", format!("{round}-{i}").into_bytes()).partition(i);
@@ -209,7 +230,7 @@ async fn run(max_in_flight: usize) -> Arc<Stats> {
 
 #[tokio::test]
 async fn produce_requests_pipeline_up_to_max_in_flight() {
-    let stats = run(5).await;
+    let stats = run(5, false).await;
     assert_eq!(
         stats.max_outstanding.load(Ordering::SeqCst),
         5,
@@ -221,7 +242,21 @@ async fn produce_requests_pipeline_up_to_max_in_flight() {
         "one batch per partition"
     );
 
-    let stats = run(1).await;
+    let stats = run(1, false).await;
     assert_eq!(stats.max_outstanding.load(Ordering::SeqCst), 1);
     assert_eq!(stats.overlap.load(Ordering::SeqCst), 0);
+}
+
+/// An idempotent producer keeps up to five batches of one partition in
+/// flight (each in its own request), never a sixth; with
+/// `max_in_flight` 2, two.
+#[tokio::test]
+async fn idempotent_producer_keeps_up_to_five_batches_of_a_partition_in_flight() {
+    let stats = run(5, true).await;
+    assert_eq!(stats.max_outstanding.load(Ordering::SeqCst), 5);
+    assert_eq!(stats.max_per_partition.load(Ordering::SeqCst), 5);
+
+    let stats = run(2, true).await;
+    assert_eq!(stats.max_outstanding.load(Ordering::SeqCst), 2);
+    assert_eq!(stats.max_per_partition.load(Ordering::SeqCst), 2);
 }

@@ -29,6 +29,9 @@ pub enum ControllerError {
     /// image (start-up refuses rather than run with topics missing).
     #[error("metadata is incomplete: {0}")]
     Inconsistent(String),
+    /// Every producer id has been handed out.
+    #[error("producer ids exhausted: {0}")]
+    ProducerIdsExhausted(String),
 }
 
 pub type Result<T, E = ControllerError> = std::result::Result<T, E>;

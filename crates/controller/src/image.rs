@@ -26,12 +26,27 @@ pub struct TopicImage {
     pub configs: BTreeMap<String, String>,
 }
 
-/// Topics by name and id, plus dynamic broker configs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Topics by name and id, dynamic broker configs, and the producer ids
+/// handed out so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetadataImage {
     topics: BTreeMap<String, TopicImage>,
     names: HashMap<Uuid, String>,
     broker_configs: BTreeMap<String, String>,
+    /// The first producer id of the next block (Kafka's
+    /// `ProducerIdsImage.nextProducerId`); -1 while no block was given out.
+    next_producer_id: i64,
+}
+
+impl Default for MetadataImage {
+    fn default() -> Self {
+        Self {
+            topics: BTreeMap::new(),
+            names: HashMap::new(),
+            broker_configs: BTreeMap::new(),
+            next_producer_id: -1,
+        }
+    }
 }
 
 impl MetadataImage {
@@ -100,7 +115,31 @@ impl MetadataImage {
                     self.topics.remove(&name);
                 }
             }
+            MetadataRecord::ProducerIds {
+                broker_id,
+                next_producer_id,
+                ..
+            } => {
+                // Never backwards: ids below the highest recorded value
+                // may have been given out (Kafka's controller refuses such
+                // a record; replay keeps going and logs it).
+                if *next_producer_id <= self.next_producer_id {
+                    tracing::error!(
+                        next_producer_id,
+                        current = self.next_producer_id,
+                        broker_id,
+                        "ignoring a ProducerIdsRecord that does not move the next producer id forward"
+                    );
+                } else {
+                    self.next_producer_id = *next_producer_id;
+                }
+            }
         }
+    }
+
+    /// The first producer id not handed out yet (-1 while none was).
+    pub fn next_producer_id(&self) -> i64 {
+        self.next_producer_id
     }
 
     pub fn topic(&self, name: &str) -> Option<&TopicImage> {
@@ -122,7 +161,8 @@ impl MetadataImage {
     /// The records that rebuild this image from nothing (what a snapshot
     /// holds): per topic its TopicRecord, ConfigRecords and
     /// PartitionRecords, then the broker configs (cluster default, resource
-    /// name "").
+    /// name ""), then the next producer id once one was handed out (broker
+    /// id and epoch -1, as Kafka's `ProducerIdsImage.write`).
     pub fn to_records(&self) -> Vec<MetadataRecord> {
         let mut out = Vec::new();
         for t in self.topics.values() {
@@ -160,6 +200,13 @@ impl MetadataImage {
                     value: Some(v.clone()),
                 }),
         );
+        if self.next_producer_id >= 0 {
+            out.push(MetadataRecord::ProducerIds {
+                broker_id: -1,
+                broker_epoch: -1,
+                next_producer_id: self.next_producer_id,
+            });
+        }
         out
     }
 }
@@ -245,11 +292,45 @@ mod tests {
             name: "log.retention.ms".into(),
             value: Some("5".into()),
         });
+        img.apply(&MetadataRecord::ProducerIds {
+            broker_id: 1,
+            broker_epoch: -1,
+            next_producer_id: 2000,
+        });
         let mut rebuilt = MetadataImage::default();
         for r in img.to_records() {
             rebuilt.apply(&r);
         }
         assert_eq!(rebuilt, img);
         assert_eq!(rebuilt.topics().count(), 2);
+        assert_eq!(rebuilt.next_producer_id(), 2000);
+    }
+
+    #[test]
+    fn the_next_producer_id_only_moves_forward() {
+        let mut img = MetadataImage::default();
+        assert_eq!(img.next_producer_id(), -1);
+        assert!(
+            img.to_records().is_empty(),
+            "nothing to write before a block"
+        );
+        let ids = |next| MetadataRecord::ProducerIds {
+            broker_id: 1,
+            broker_epoch: -1,
+            next_producer_id: next,
+        };
+        img.apply(&ids(1000));
+        img.apply(&ids(2000));
+        img.apply(&ids(1000));
+        img.apply(&ids(2000));
+        assert_eq!(img.next_producer_id(), 2000);
+        assert_eq!(
+            img.to_records(),
+            vec![MetadataRecord::ProducerIds {
+                broker_id: -1,
+                broker_epoch: -1,
+                next_producer_id: 2000,
+            }]
+        );
     }
 }

@@ -11,15 +11,19 @@
 //!   snapshot plus the log after it are loaded at start; snapshots are taken
 //!   in the background and are the only way the log ever shrinks.
 //! - [`snapshot`]: the snapshot file format (KRaft's `.checkpoint` files).
+//! - [`producer_ids`]: blocks of producer ids, allocated through the
+//!   metadata log ([`MetadataStore::allocate_producer_ids`]).
 
 pub mod error;
 pub mod image;
+pub mod producer_ids;
 pub mod records;
 pub mod snapshot;
 pub mod store;
 
 pub use error::{ControllerError, Result};
 pub use image::{MetadataImage, PartitionImage, TopicImage};
+pub use producer_ids::ProducerIdsBlock;
 pub use records::MetadataRecord;
 pub use snapshot::SnapshotId;
 pub use store::{MetadataLogConfig, MetadataStore, RecordedRemoval};

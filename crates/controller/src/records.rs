@@ -12,6 +12,7 @@
 //! | 3 | PartitionRecord | PartitionId, TopicId, Replicas, Isr, RemovingReplicas, AddingReplicas, Leader, LeaderEpoch, PartitionEpoch |
 //! | 4 | ConfigRecord | ResourceType, ResourceName, Name, Value (nullable) |
 //! | 9 | RemoveTopicRecord | TopicId |
+//! | 15 | ProducerIdsRecord | BrokerId, BrokerEpoch, NextProducerId |
 
 use uuid::Uuid;
 
@@ -50,6 +51,14 @@ pub enum MetadataRecord {
     RemoveTopic {
         topic_id: Uuid,
     },
+    /// A block of producer ids handed to a broker (KRaft's
+    /// `ProducerIdsRecord`): every id below `next_producer_id` has been
+    /// given out. Snapshots write it with broker id and epoch -1.
+    ProducerIds {
+        broker_id: i32,
+        broker_epoch: i64,
+        next_producer_id: i64,
+    },
 }
 
 impl MetadataRecord {
@@ -59,6 +68,7 @@ impl MetadataRecord {
             Self::Partition { .. } => 3,
             Self::Config { .. } => 4,
             Self::RemoveTopic { .. } => 9,
+            Self::ProducerIds { .. } => 15,
         }
     }
 
@@ -104,6 +114,15 @@ impl MetadataRecord {
                 put_compact_str(&mut w, value.as_deref());
             }
             Self::RemoveTopic { topic_id } => w.extend_from_slice(topic_id.as_bytes()),
+            Self::ProducerIds {
+                broker_id,
+                broker_epoch,
+                next_producer_id,
+            } => {
+                w.extend_from_slice(&broker_id.to_be_bytes());
+                w.extend_from_slice(&broker_epoch.to_be_bytes());
+                w.extend_from_slice(&next_producer_id.to_be_bytes());
+            }
         }
         put_uvarint(&mut w, 0); // no tagged fields
         w
@@ -156,6 +175,11 @@ impl MetadataRecord {
             },
             9 => Self::RemoveTopic {
                 topic_id: r.uuid()?,
+            },
+            15 => Self::ProducerIds {
+                broker_id: r.i32()?,
+                broker_epoch: r.i64()?,
+                next_producer_id: r.i64()?,
             },
             other => {
                 return Err(ControllerError::Record(format!(
@@ -236,6 +260,13 @@ impl<'a> Reader<'a> {
         Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    fn i64(&mut self) -> Result<i64> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(i64::from_be_bytes(a))
+    }
+
     fn uuid(&mut self) -> Result<Uuid> {
         let b = self.take(16)?;
         Uuid::from_slice(b).map_err(|e| bad(&e.to_string()))
@@ -313,6 +344,11 @@ mod tests {
                 value: None,
             },
             MetadataRecord::RemoveTopic { topic_id: id },
+            MetadataRecord::ProducerIds {
+                broker_id: 1,
+                broker_epoch: -1,
+                next_producer_id: 3000,
+            },
         ] {
             let bytes = rec.encode();
             assert_eq!(MetadataRecord::decode(&bytes).expect("decode"), rec);
@@ -329,6 +365,24 @@ mod tests {
         want.extend_from_slice(&[0; 16]);
         want.push(0);
         assert_eq!(rec.encode(), want);
+    }
+
+    /// Kafka's bytes for `ProducerIdsRecord` (frame 1, key 15, version 0,
+    /// int32 broker id, int64 broker epoch, int64 next id, no tags).
+    #[test]
+    fn producer_ids_record_bytes_match_kafka_framing() {
+        let rec = MetadataRecord::ProducerIds {
+            broker_id: 1,
+            broker_epoch: -1,
+            next_producer_id: 1000,
+        };
+        let mut want = vec![1, 15, 0, 0, 0, 0, 1];
+        want.extend_from_slice(&(-1i64).to_be_bytes());
+        want.extend_from_slice(&1000i64.to_be_bytes());
+        want.push(0);
+        assert_eq!(rec.encode(), want);
+        assert_eq!(MetadataRecord::decode(&want).expect("decode"), rec);
+        assert!(MetadataRecord::decode(&want[..want.len() - 2]).is_err());
     }
 
     proptest! {

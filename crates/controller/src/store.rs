@@ -26,6 +26,7 @@ use uuid::Uuid;
 
 use crate::error::{ControllerError, Result};
 use crate::image::MetadataImage;
+use crate::producer_ids::ProducerIdsBlock;
 use crate::records::MetadataRecord;
 use crate::snapshot::{self, SnapshotFile, SnapshotId};
 
@@ -399,6 +400,38 @@ impl MetadataStore {
     /// Appends `records` as one batch, fsyncs, then applies them.
     pub fn append(&self, records: &[MetadataRecord]) -> Result<Arc<MetadataImage>> {
         self.inner.append(records)
+    }
+
+    /// Hands the next block of producer ids to `broker_id` (Kafka's
+    /// `ProducerIdControlManager.generateNextProducerId`): the block's
+    /// `ProducerIdsRecord` is appended and fsynced before it is returned,
+    /// so no id of it is ever handed out again, whatever happens after.
+    /// Takes the change lock: do not call it while holding
+    /// [`Self::lock_for_change`].
+    pub fn allocate_producer_ids(
+        &self,
+        broker_id: i32,
+        broker_epoch: i64,
+    ) -> Result<ProducerIdsBlock> {
+        let _guard = self.lock_for_change();
+        let next = self.image().next_producer_id();
+        let block = ProducerIdsBlock::following(next, broker_id).ok_or_else(|| {
+            ControllerError::ProducerIdsExhausted(format!(
+                "the next block would start at {next} and end past the int64 range"
+            ))
+        })?;
+        self.append(&[MetadataRecord::ProducerIds {
+            broker_id,
+            broker_epoch,
+            next_producer_id: block.next_block_first_id(),
+        }])?;
+        tracing::info!(
+            broker_id,
+            first = block.first_id,
+            last = block.last_id(),
+            "allocated a producer id block"
+        );
+        Ok(block)
     }
 
     /// The metadata partition log.

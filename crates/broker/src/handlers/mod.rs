@@ -15,12 +15,14 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
+mod describe_producers;
 mod describe_topic_partitions;
 pub(crate) mod errors;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
 mod incremental_alter_configs;
+mod init_producer_id;
 mod join_group;
 mod leave_group;
 mod list_groups;
@@ -131,6 +133,8 @@ apis! {
     OffsetFetch => offset_fetch, OffsetFetchRequest, inline;
     OffsetDelete => offset_delete, OffsetDeleteRequest, inline;
     DescribeTopicPartitions => describe_topic_partitions, DescribeTopicPartitionsRequest, inline;
+    InitProducerId => init_producer_id, InitProducerIdRequest, blocking;
+    DescribeProducers => describe_producers, DescribeProducersRequest, inline;
 }
 
 /// What a handler answers.

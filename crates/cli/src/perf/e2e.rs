@@ -141,6 +141,8 @@ pub async fn run(args: &PerfE2eArgs) -> anyhow::Result<()> {
         linger_ms: args.linger_ms,
         batch_size: args.batch_size,
         buffer_memory: 33_554_432,
+        enable_idempotence: None,
+        max_in_flight: 5,
     };
     let producer = producer_args.connect(&args.client).await?;
     producer

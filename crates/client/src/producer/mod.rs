@@ -24,31 +24,36 @@
 //! (`allow_auto_topic_creation`, as the Java producer's do): where the
 //! broker allows auto-creation, producing to a new topic creates it.
 //!
-//! # Ordering
+//! # Idempotence and ordering
 //!
-//! Without idempotence (not implemented yet) at most **one batch per
-//! partition** is in flight, whatever `max_in_flight` says: the partition is
-//! muted in the accumulator while its batch is out, and a failed batch goes
-//! back *first* in its partition's line, so retries never reorder records
-//! within a partition. Pipelining (`max_in_flight > 1`) therefore only lets
-//! requests carrying *different* partitions of one broker overlap, and lets
-//! lingering and accumulating overlap with network round trips. This is
-//! stricter than Kafka, which with `max.in.flight.requests.per.connection >
-//! 1` and `enable.idempotence=false` may reorder records when a batch is
-//! retried after a later batch of its partition succeeded; here that cannot
-//! happen. `max_in_flight = 1` additionally allows only one outstanding
-//! Produce request per broker.
+//! `enable.idempotence` defaults to on, as in Kafka 3.0 and later
+//! ([`ProducerConfig::enable_idempotence`], [`ProducerConfig::idempotence`]
+//! for the rules: it needs `acks` all). An idempotent producer asks a
+//! broker for a producer id (InitProducerId) before it sends anything,
+//! gives every batch a sequence number per partition when the batch is
+//! first drained, and keeps up to `max_in_flight` (at most 5) batches of a
+//! partition in flight. The broker refuses a batch whose sequence does not
+//! follow the last one it wrote (`OUT_OF_ORDER_SEQUENCE_NUMBER`) and
+//! recognizes a re-sent one, so retries neither duplicate nor reorder
+//! records. Retried batches go out again in sequence order, one at a time;
+//! when the broker shows a real gap or has lost the producer
+//! (`UNKNOWN_PRODUCER_ID`), the producer bumps its epoch and restarts the
+//! partition's sequences at 0, as the Java client does; fatal errors
+//! (authorization, unsupported version, a fenced producer) fail every
+//! pending record and every later send ([`Producer::fatal_error`]). The
+//! rules live in `idempotence.rs` (Kafka's `TransactionManager`).
 //!
-//! Hook for the idempotent producer (exactly-once issue):
-//! `sender::max_in_flight_per_partition` returns the per-partition limit
-//! (1 today); with idempotence it may return `min(max_in_flight, 5)`. The
-//! accumulator already stamps producer id, epoch and base sequence at drain
-//! time ([`RecordAccumulator::set_producer`],
-//! [`RecordAccumulator::next_sequence`]) and each broker's writer task keeps
-//! request order on its connection. Still missing for that path: handling
-//! `OUT_OF_ORDER_SEQUENCE_NUMBER` / `DUPLICATE_SEQUENCE_NUMBER` and
-//! re-sending the later in-flight batches of a partition, in order, after an
-//! earlier one failed.
+//! Without idempotence at most **one batch per partition** is in flight,
+//! whatever `max_in_flight` says: the partition is muted in the accumulator
+//! while its batch is out, and a failed batch goes back *first* in its
+//! partition's line, so retries never reorder records within a partition
+//! (they may duplicate one whose answer was lost). This is stricter than
+//! Kafka, which with `max.in.flight.requests.per.connection > 1` and
+//! `enable.idempotence=false` may reorder records when a batch is retried
+//! after a later batch of its partition succeeded. Pipelining
+//! (`max_in_flight > 1`) then only lets requests carrying *different*
+//! partitions of one broker overlap. `max_in_flight = 1` allows only one
+//! outstanding Produce request per broker either way.
 //!
 //! # Delivery timeout
 //!
@@ -56,8 +61,11 @@
 //! outcome. Batches still in the accumulator (never sent, e.g. no leader or
 //! an unreachable broker, or waiting for a retry) are expired by the sender
 //! once it has passed; batches in flight are failed when their request
-//! outlives it (their partition stays muted until that request completes,
-//! so ordering is kept). Their records fail with [`ClientError::Timeout`]
+//! outlives it (their in-flight slot, and for an idempotent producer their
+//! sequence numbers, stay taken until that request completes, so ordering
+//! is kept; an idempotent producer then waits for every batch of the
+//! partition to settle before it sends new ones, and bumps its epoch if the
+//! expired batch turns out not to have been written). Their records fail with [`ClientError::Timeout`]
 //! naming the topic-partition, like Kafka's `Expiring N record(s) for T-P: X
 //! ms has passed since batch creation`. As Kafka does, [`Producer::new`]
 //! rejects `delivery.timeout.ms < linger.ms + request.timeout.ms`.
@@ -77,6 +85,7 @@
 //! # Ok(()) }
 //! ```
 
+mod idempotence;
 mod sender;
 
 use std::collections::{BTreeSet, HashMap};
@@ -127,10 +136,15 @@ pub struct ProducerConfig {
     /// `max.block.ms`: how long `send` waits for buffer memory.
     pub max_block_ms: u64,
     /// `max.in.flight.requests.per.connection`: Produce requests that may
-    /// be outstanding per broker connection (at least 1). Without
-    /// idempotence a partition still has at most one batch in flight (see
-    /// the module docs on ordering).
+    /// be outstanding per broker connection (at least 1; at most 5 with
+    /// idempotence). Without idempotence a partition still has at most one
+    /// batch in flight (see the module docs on ordering).
     pub max_in_flight: usize,
+    /// `enable.idempotence`. `None` is Kafka's default: on, unless `acks`
+    /// is not all or `retries` is 0, which turn it off. `Some(true)` with
+    /// either of those is a configuration error, as is idempotence (set or
+    /// default) with `max_in_flight` above 5.
+    pub enable_idempotence: Option<bool>,
 }
 
 impl ProducerConfig {
@@ -148,7 +162,51 @@ impl ProducerConfig {
             retries: i32::MAX as u32,
             max_block_ms: 60_000,
             max_in_flight: 5,
+            enable_idempotence: None,
         }
+    }
+
+    /// Whether the producer is idempotent, by Kafka's rules
+    /// (`ProducerConfig.postProcessAndValidateIdempotenceConfigs`, Kafka 4):
+    /// explicitly enabled, it requires `acks` all (-1), `retries` above 0
+    /// and `max_in_flight` at most 5; by default it is on unless `acks` or
+    /// `retries` say otherwise, and then too `max_in_flight` must be at
+    /// most 5.
+    pub fn idempotence(&self) -> Result<bool> {
+        let explicit = match self.enable_idempotence {
+            Some(false) => return Ok(false),
+            Some(true) => true,
+            None => false,
+        };
+        if self.acks != -1 {
+            if explicit {
+                return Err(ClientError::InvalidArgument(format!(
+                    "acks must be all (-1) to use the idempotent producer, not {} \
+                     (enable.idempotence=true)",
+                    self.acks
+                )));
+            }
+            return Ok(false);
+        }
+        if self.retries == 0 {
+            if explicit {
+                return Err(ClientError::InvalidArgument(
+                    "retries must be above 0 to use the idempotent producer \
+                     (enable.idempotence=true)"
+                        .into(),
+                ));
+            }
+            return Ok(false);
+        }
+        if self.max_in_flight > MAX_IN_FLIGHT_IDEMPOTENT {
+            return Err(ClientError::InvalidArgument(format!(
+                "max.in.flight.requests.per.connection must be at most \
+                 {MAX_IN_FLIGHT_IDEMPOTENT} to use the idempotent producer, not {} \
+                 (set enable.idempotence=false for more)",
+                self.max_in_flight
+            )));
+        }
+        Ok(true)
     }
 
     /// Checks the settings the way Kafka's `ProducerConfig` does.
@@ -164,6 +222,7 @@ impl ProducerConfig {
                 "max.in.flight.requests.per.connection must be at least 1".into(),
             ));
         }
+        self.idempotence()?;
         let request_ms = u64::try_from(self.request_timeout.as_millis()).unwrap_or(u64::MAX);
         if self.delivery_timeout_ms < self.linger_ms.saturating_add(request_ms) {
             return Err(ClientError::InvalidArgument(format!(
@@ -175,6 +234,11 @@ impl ProducerConfig {
         Ok(())
     }
 }
+
+/// Most Produce requests an idempotent producer keeps outstanding per
+/// connection (Kafka's `MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION_FOR_IDEMPOTENCE`:
+/// the broker remembers the last five batches of each producer).
+pub const MAX_IN_FLIGHT_IDEMPOTENT: usize = 5;
 
 /// A record to produce.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -327,6 +391,8 @@ struct State {
     flushers: usize,
     /// Failed attempts per batch (re-enqueues for ordering do not count).
     failures: HashMap<BatchId, u32>,
+    /// Producer id, epoch and sequences when idempotent.
+    idem: Option<idempotence::Idempotence>,
     closed: bool,
 }
 
@@ -407,9 +473,12 @@ impl Producer {
 
     /// A producer on an existing cluster view (must be called in a tokio
     /// runtime). The configuration is not validated (see
-    /// [`ProducerConfig::validate`]); `max_in_flight` 0 counts as 1.
+    /// [`ProducerConfig::validate`]); `max_in_flight` 0 counts as 1, and
+    /// idempotence is on when [`ProducerConfig::idempotence`] says so (an
+    /// invalid combination turns it off).
     pub fn with_cluster(mut config: ProducerConfig, cluster: Arc<Cluster>) -> Self {
         config.max_in_flight = config.max_in_flight.max(1);
+        let idempotent = config.idempotence().unwrap_or(false);
         let acc = RecordAccumulator::new(AccumulatorConfig {
             batch_size: config.batch_size,
             linger_ms: config.linger_ms,
@@ -429,6 +498,7 @@ impl Producer {
                 refreshing: false,
                 flushers: 0,
                 failures: HashMap::new(),
+                idem: idempotent.then(idempotence::Idempotence::new),
                 closed: false,
             }),
             config,
@@ -447,6 +517,27 @@ impl Producer {
     /// The cluster view in use.
     pub fn cluster(&self) -> &Arc<Cluster> {
         &self.inner.cluster
+    }
+
+    /// Whether this producer is idempotent.
+    pub fn is_idempotent(&self) -> bool {
+        self.inner.lock().idem.is_some()
+    }
+
+    /// The producer id and epoch new batches are written with (`None`
+    /// when not idempotent or before InitProducerId answered).
+    pub fn producer_id_and_epoch(&self) -> Option<(i64, i16)> {
+        self.inner.lock().idem.as_ref().and_then(|i| i.producer())
+    }
+
+    /// The error that stopped this idempotent producer, if one did: every
+    /// send fails with it from then on (Kafka's fatal error state).
+    pub fn fatal_error(&self) -> Option<ClientError> {
+        self.inner
+            .lock()
+            .idem
+            .as_ref()
+            .and_then(|i| i.fatal().cloned())
     }
 
     async fn topic_partitions(&self, topic: &str) -> Result<Arc<TopicPartitions>> {
@@ -532,6 +623,9 @@ impl Producer {
                 let mut st = self.inner.lock();
                 if st.closed {
                     return Err(ClientError::InvalidArgument("producer is closed".into()));
+                }
+                if let Some(e) = st.idem.as_ref().and_then(|i| i.fatal()) {
+                    return Err(e.clone());
                 }
                 let choice = st.partitioner.partition(
                     &topic,
@@ -647,5 +741,54 @@ impl Drop for Producer {
         // The sender delivers what is buffered, then exits.
         self.inner.lock().closed = true;
         self.inner.wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(f: impl FnOnce(&mut ProducerConfig)) -> ProducerConfig {
+        let mut c = ProducerConfig::new(ClientConfig::new("127.0.0.1:9092"));
+        f(&mut c);
+        c
+    }
+
+    /// Kafka 4's rules: on by default with acks=all; acks 0/1 or retries 0
+    /// turn the default off but make an explicit `true` an error; more
+    /// than 5 in flight is an error whenever idempotence is on.
+    #[test]
+    fn idempotence_follows_kafkas_config_rules() {
+        assert!(config(|_| {}).idempotence().expect("default"));
+        for acks in [0, 1] {
+            assert!(!config(|c| c.acks = acks).idempotence().expect("off"));
+            let e = config(|c| {
+                c.acks = acks;
+                c.enable_idempotence = Some(true);
+            })
+            .validate()
+            .expect_err("conflict");
+            assert!(e.to_string().contains("acks must be all"), "{e}");
+        }
+        assert!(!config(|c| c.retries = 0).idempotence().expect("off"));
+        assert!(config(|c| {
+            c.retries = 0;
+            c.enable_idempotence = Some(true);
+        })
+        .validate()
+        .is_err());
+        assert!(config(|c| c.max_in_flight = 6).validate().is_err());
+        assert!(config(|c| {
+            c.max_in_flight = 6;
+            c.enable_idempotence = Some(false);
+        })
+        .validate()
+        .is_ok());
+        assert!(!config(|c| {
+            c.acks = 1;
+            c.enable_idempotence = Some(false);
+        })
+        .idempotence()
+        .expect("off"));
     }
 }

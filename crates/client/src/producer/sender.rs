@@ -4,19 +4,30 @@
 //! per broker that writes those requests in order on the broker's pipelined
 //! connection, per-request tasks that await the responses, completion with
 //! retries, delivery-timeout expiry, and the background metadata refresh.
+//! For an idempotent producer it also asks for the producer id
+//! (InitProducerId, [`init_producer_id`]) and lets the idempotence state
+//! (`super::idempotence`) decide what may be drained, which sequences new
+//! batches get, and what a failed batch means for the partition.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use proto_kafka::error::ResponseError;
 use proto_kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use proto_kafka::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
+use proto_kafka::messages::{
+    ApiKey, InitProducerIdRequest, ProduceRequest, ProduceResponse, ProducerId, TopicName,
+};
 use proto_kafka::protocol::StrBytes;
+use sluice_protocol::record::codec::ProducerInfo;
 use tokio::sync::mpsc;
 
-use super::{partition_info, Inner, ProducerConfig, RecordMetadata, State};
-use crate::accumulator::{BatchId, ReadyBatch, TopicPartition};
+use super::idempotence::Failure;
+use super::{
+    partition_info, Inner, ProducerConfig, RecordMetadata, State, MAX_IN_FLIGHT_IDEMPOTENT,
+};
+use crate::accumulator::{BatchId, Front, ReadyBatch, TopicPartition};
 use crate::cluster::Metadata;
 use crate::connection::PendingResponse;
 use crate::error::{ClientError, Result};
@@ -25,16 +36,23 @@ use crate::error::{ClientError, Result};
 /// with topic ids).
 const PRODUCE_MAX: i16 = 12;
 
+/// Highest InitProducerId version this producer speaks.
+const INIT_PRODUCER_ID_MAX: i16 = 5;
+
 /// Batches one partition may have in flight at once.
 ///
 /// Without idempotence this is 1, whatever `max_in_flight` says: a retried
-/// batch could otherwise land after a later batch of its partition. The
-/// idempotent producer (broker-side sequence checks) may return
-/// `config.max_in_flight.min(5)` here, as Kafka does; the rest of the sender
-/// (per-partition counts, muting at the limit, in-order writes per broker)
-/// already handles more than one.
-pub(super) fn max_in_flight_per_partition(_config: &ProducerConfig) -> usize {
-    1
+/// batch could otherwise land after a later batch of its partition. An
+/// idempotent producer keeps up to `max_in_flight` (at most 5) batches of a
+/// partition in flight, as Kafka does: the broker's sequence checks refuse
+/// a batch that overtakes a missing one, and retries leave in sequence
+/// order, one at a time (`Idempotence::may_drain`).
+pub(super) fn max_in_flight_per_partition(config: &ProducerConfig, idempotent: bool) -> usize {
+    if idempotent {
+        config.max_in_flight.clamp(1, MAX_IN_FLIGHT_IDEMPOTENT)
+    } else {
+        1
+    }
 }
 
 /// One Produce request's batches (one per partition) for a broker.
@@ -59,7 +77,17 @@ pub(super) async fn run_sender(inner: Arc<Inner>) {
                 }
             }
             let now = inner.now_ms();
-            let expired = expire_undrained(&inner, &mut st, now);
+            let mut expired = expire_undrained(&inner, &mut st, now);
+            if let Some(idem) = st.idem.as_mut() {
+                if let Some(e) = idem.fatal().cloned() {
+                    expired |= abort_all(&mut st, &e);
+                } else {
+                    idem.before_drain();
+                    if idem.needs_producer_id() {
+                        tokio::spawn(init_producer_id(inner.clone()));
+                    }
+                }
+            }
             (st.acc.ready(now), expired)
         };
         if expired {
@@ -81,6 +109,9 @@ pub(super) async fn run_sender(inner: Arc<Inner>) {
                 }
                 Err(e) => {
                     tracing::error!(%e, "encoding batches failed");
+                    if let Some(idem) = st.idem.as_mut() {
+                        idem.set_fatal(e.clone());
+                    }
                     for id in st.acc.abort_undrained() {
                         fail_batch_records(&mut st, id, &e);
                     }
@@ -126,7 +157,7 @@ fn plan(
     now: u64,
     blocked: &mut HashSet<TopicPartition>,
 ) -> Result<(Vec<(i32, Outgoing)>, bool)> {
-    let per_partition = max_in_flight_per_partition(&inner.config);
+    let per_partition = max_in_flight_per_partition(&inner.config, st.idem.is_some());
     let max_requests = inner.config.max_in_flight.max(1);
     let mut by_leader: BTreeMap<i32, Vec<TopicPartition>> = BTreeMap::new();
     let mut leaderless = false;
@@ -155,7 +186,12 @@ fn plan(
                 if st.partition_in_flight.get(tp).copied().unwrap_or(0) >= per_partition {
                     continue;
                 }
-                let Some(b) = st.acc.drain_partition_max(tp, now, 1)?.pop() else {
+                let Some(b) = drain_one(st, tp, now)? else {
+                    if st.acc.front(tp, now).is_some() {
+                        // Held back by the idempotence rules: woken when an
+                        // outcome or the producer id arrives.
+                        blocked.insert(tp.clone());
+                    }
                     continue;
                 };
                 let n = st.partition_in_flight.entry(tp.clone()).or_insert(0);
@@ -174,6 +210,108 @@ fn plan(
         }
     }
     Ok((out, leaderless))
+}
+
+/// Drains `tp`'s next batch if it may go: without idempotence whatever is
+/// ready; with it only what `Idempotence::may_drain` allows, new batches
+/// stamped with their producer id, epoch and sequence, retries rewritten
+/// when an epoch bump reset their sequence.
+fn drain_one(st: &mut State, tp: &TopicPartition, now: u64) -> Result<Option<ReadyBatch>> {
+    let Some(idem) = st.idem.as_mut() else {
+        return st.acc.drain_next(tp, now, ProducerInfo::default());
+    };
+    let Some(front) = st.acc.front(tp, now) else {
+        return Ok(None);
+    };
+    if !idem.may_drain(tp, front) {
+        return Ok(None);
+    }
+    match front {
+        Front::New { id, records } => {
+            let info = idem.assign(tp, id, records);
+            st.acc.drain_next(tp, now, info)
+        }
+        Front::Retry { id } => {
+            let current = idem.current(tp, id);
+            let mut b = st.acc.drain_next(tp, now, ProducerInfo::default())?;
+            if let (Some(b), Some(info)) = (b.as_mut(), current) {
+                b.set_producer(info);
+            }
+            Ok(b)
+        }
+    }
+}
+
+/// Fails every record not delivered yet with the idempotent producer's
+/// fatal error `e` (Kafka's `maybeAbortBatches`); batches in flight are
+/// released when their responses arrive. Returns whether anything failed.
+fn abort_all(st: &mut State, e: &ClientError) -> bool {
+    let ids = st.acc.abort_undrained();
+    for id in &ids {
+        st.failures.remove(id);
+    }
+    let pending: Vec<BatchId> = st.pending.keys().copied().collect();
+    for id in &pending {
+        fail_batch_records(st, *id, e);
+    }
+    !pending.is_empty()
+}
+
+/// Asks any broker for a producer id (InitProducerId without a
+/// transactional id) until it gets one, retrying retriable errors with
+/// backoff; a non-retriable error (unsupported version, authorization)
+/// stops the producer (Kafka's `InitProducerIdHandler`). Wakes the sender.
+async fn init_producer_id(inner: Arc<Inner>) {
+    let mut req = InitProducerIdRequest::default();
+    req.transactional_id = None;
+    req.transaction_timeout_ms = i32::MAX;
+    req.producer_id = ProducerId(-1);
+    req.producer_epoch = -1;
+    let mut backoff = inner.config.client.retry_backoff;
+    let outcome = loop {
+        let e = match inner.cluster.send_any(&req, INIT_PRODUCER_ID_MAX).await {
+            Ok((resp, _)) => {
+                match ClientError::from_code(resp.error_code, None, "InitProducerId") {
+                    None => break Ok((resp.producer_id.0, resp.producer_epoch)),
+                    Some(e) => e,
+                }
+            }
+            Err(e) => e,
+        };
+        if !e.is_retriable() {
+            break Err(e);
+        }
+        let idle = {
+            let st = inner.lock();
+            st.closed && !st.acc.has_undrained()
+        };
+        if idle {
+            return;
+        }
+        tracing::debug!(%e, "InitProducerId failed; retrying");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(inner.config.client.retry_backoff_max);
+    };
+    {
+        let mut st = inner.lock();
+        if let Some(idem) = st.idem.as_mut() {
+            match outcome {
+                Ok((id, epoch)) => idem.set_producer_id(id, epoch),
+                Err(ClientError::UnsupportedVersion { api, addr }) => {
+                    idem.set_fatal(ClientError::UnsupportedVersion {
+                        api: format!(
+                            "{api} (the idempotent producer needs InitProducerId; \
+                             set enable.idempotence=false for this broker)"
+                        ),
+                        addr,
+                    });
+                }
+                Err(e) => idem.set_fatal(e),
+            }
+        }
+    }
+    inner.wake.notify_one();
+    inner.progress.notify_waiters();
 }
 
 /// Hands a request to broker `leader`'s writer task (started on first use,
@@ -213,10 +351,10 @@ async fn broker_writer(inner: Arc<Inner>, leader: i32, mut rx: mpsc::UnboundedRe
                     addr: format!("broker {leader}"),
                     timeout: Duration::from_millis(inner.config.delivery_timeout_ms),
                 };
-                complete_request(&inner, leader, batches, |_| Err(e.clone()));
+                complete_request(&inner, leader, batches, |_| (Err(e.clone()), -1));
             }
-            Ok(Err(e)) => complete_request(&inner, leader, batches, |_| Err(e.clone())),
-            Ok(Ok(None)) => complete_request(&inner, leader, batches, |_| Ok((-1, -1))),
+            Ok(Err(e)) => complete_request(&inner, leader, batches, |_| (Err(e.clone()), -1)),
+            Ok(Ok(None)) => complete_request(&inner, leader, batches, |_| (Ok((-1, -1)), -1)),
             Ok(Ok(Some(pending))) => {
                 tokio::spawn(await_response(inner.clone(), leader, batches, pending));
             }
@@ -320,48 +458,62 @@ async fn await_response(
         }
     };
     match result {
-        Err(e) => complete_request(&inner, leader, batches, |_| Err(e.clone())),
+        Err(e) => complete_request(&inner, leader, batches, |_| (Err(e.clone()), -1)),
         Ok(resp) => {
-            let mut outcomes: HashMap<TopicPartition, (i16, i64, i64, Option<String>)> =
-                HashMap::new();
+            let mut outcomes: HashMap<TopicPartition, PartitionOutcome> = HashMap::new();
             for t in &resp.responses {
                 for p in &t.partition_responses {
                     outcomes.insert(
                         TopicPartition::new(t.name.0.as_str(), p.index),
-                        (
-                            p.error_code,
-                            p.base_offset,
-                            p.log_append_time_ms,
-                            p.error_message.as_ref().map(|m| m.as_str().to_string()),
-                        ),
+                        PartitionOutcome {
+                            code: p.error_code,
+                            base_offset: p.base_offset,
+                            log_append_time: p.log_append_time_ms,
+                            log_start_offset: p.log_start_offset,
+                            message: p.error_message.as_ref().map(|m| m.as_str().to_string()),
+                        },
                     );
                 }
             }
             complete_request(&inner, leader, batches, |b| match outcomes.remove(&b.tp) {
-                None => Err(ClientError::Protocol(format!(
-                    "no produce response for {}-{}",
-                    b.tp.topic, b.tp.partition
-                ))),
-                Some((code, base, append_time, msg)) => match ClientError::from_code(
-                    code,
-                    msg,
+                None => (
+                    Err(ClientError::Protocol(format!(
+                        "no produce response for {}-{}",
+                        b.tp.topic, b.tp.partition
+                    ))),
+                    -1,
+                ),
+                Some(o) => match ClientError::from_code(
+                    o.code,
+                    o.message,
                     format!("produce to {}-{}", b.tp.topic, b.tp.partition),
                 ) {
-                    Some(e) => Err(e),
-                    None => Ok((base, append_time)),
+                    Some(e) => (Err(e), o.log_start_offset),
+                    None => (Ok((o.base_offset, o.log_append_time)), o.log_start_offset),
                 },
             });
         }
     }
 }
 
+/// One partition's answer in a Produce response.
+#[derive(Debug)]
+struct PartitionOutcome {
+    code: i16,
+    base_offset: i64,
+    log_append_time: i64,
+    log_start_offset: i64,
+    message: Option<String>,
+}
+
 /// Completes one request: releases its slot on broker `leader` and
-/// completes each batch with `outcome(batch)`.
+/// completes each batch with `outcome(batch)`: base offset and append time,
+/// or the error; and the partition's log start offset (-1 when unknown).
 fn complete_request(
     inner: &Arc<Inner>,
     leader: i32,
     batches: Vec<ReadyBatch>,
-    mut outcome: impl FnMut(&ReadyBatch) -> Result<(i64, i64)>,
+    mut outcome: impl FnMut(&ReadyBatch) -> (Result<(i64, i64)>, i64),
 ) {
     {
         let mut st = inner.lock();
@@ -369,8 +521,8 @@ fn complete_request(
             *n = n.saturating_sub(1);
         }
         for b in batches {
-            let r = outcome(&b);
-            complete(inner, &mut st, leader, b, r);
+            let (r, log_start) = outcome(&b);
+            complete(inner, &mut st, leader, b, r, log_start);
         }
     }
     inner.progress.notify_waiters();
@@ -421,6 +573,11 @@ fn expire_undrained(inner: &Inner, st: &mut State, now: u64) -> bool {
         tracing::debug!(%e, "expiring batch");
         fail_batch_records(st, b.id, &e);
         st.failures.remove(&b.id);
+        if let Some(idem) = st.idem.as_mut() {
+            // A retry that expired may have been written by an earlier
+            // attempt (a batch never sent has no sequence: a no-op).
+            idem.on_failed(&b.tp, b.id, &e, Failure::Unknown);
+        }
     }
     !expired.is_empty()
 }
@@ -433,22 +590,56 @@ fn fail_batch_records(st: &mut State, id: BatchId, e: &ClientError) {
 
 /// Completes a drained batch: resolves its records, or re-enqueues it
 /// (first in its partition's line, after a backoff) when the error is
-/// retriable and retries and time remain.
+/// retriable and retries and time remain. An idempotent producer decides
+/// "retriable" by its sequence rules (`Idempotence::can_retry`), counts a
+/// DUPLICATE_SEQUENCE_NUMBER as delivered (offset unknown, as Kafka's
+/// client), and tells its idempotence state every outcome.
 fn complete(
     inner: &Arc<Inner>,
     st: &mut State,
     leader: i32,
     batch: ReadyBatch,
     outcome: Result<(i64, i64)>,
+    log_start_offset: i64,
 ) {
     let cfg = &inner.config;
+    let outcome = match outcome {
+        Err(e)
+            if st.idem.is_some()
+                && e.response_error() == Some(ResponseError::DuplicateSequenceNumber) =>
+        {
+            Ok((-1, -1))
+        }
+        other => other,
+    };
     if !st.pending.contains_key(&batch.id) {
-        // Expired while in flight: its records failed already.
+        // Expired while in flight (or aborted): its records failed already.
+        if let Some(idem) = st.idem.as_mut() {
+            match &outcome {
+                Ok((base, _)) => idem.on_success(
+                    &batch.tp,
+                    batch.id,
+                    batch.producer,
+                    batch.record_count,
+                    *base,
+                ),
+                Err(e) => idem.on_failed(&batch.tp, batch.id, e, failure_kind(e)),
+            }
+        }
         finish(st, &batch);
         return;
     }
     match outcome {
         Ok((base, append_time)) => {
+            if let Some(idem) = st.idem.as_mut() {
+                idem.on_success(
+                    &batch.tp,
+                    batch.id,
+                    batch.producer,
+                    batch.record_count,
+                    base,
+                );
+            }
             for p in st.pending.remove(&batch.id).unwrap_or_default() {
                 let offset = if base < 0 {
                     -1
@@ -479,18 +670,19 @@ fn complete(
                 *n += 1;
                 *n
             };
-            if is_expired(cfg, batch.created_ms, now) && e.is_retriable() {
-                tracing::debug!(%e, "batch failed after its delivery timeout");
-                let e = delivery_timeout(
-                    cfg,
-                    &batch.tp,
-                    batch.record_count,
-                    now.saturating_sub(batch.created_ms),
-                    &format!("broker {leader}"),
-                );
-                fail_batch_records(st, batch.id, &e);
-                finish(st, &batch);
-            } else if e.is_retriable() && failures <= cfg.retries {
+            let expired = is_expired(cfg, batch.created_ms, now);
+            // As Kafka's `Sender.canRetry`: time and attempts first, then
+            // the error (for an idempotent producer: its sequence rules).
+            let retry = !expired
+                && failures <= cfg.retries
+                && match st.idem.as_mut() {
+                    None => e.is_retriable(),
+                    Some(idem) => {
+                        idem.fatal().is_none()
+                            && idem.can_retry(&batch.tp, batch.id, &e, log_start_offset)
+                    }
+                };
+            if retry {
                 tracing::debug!(%e, failures, "retrying produce batch");
                 let backoff = cfg
                     .client
@@ -501,11 +693,45 @@ fn complete(
                 st.in_flight -= 1;
                 st.acc
                     .reenqueue_with_backoff(batch, now + backoff.as_millis() as u64);
-            } else {
-                fail_batch_records(st, batch.id, &e);
-                finish(st, &batch);
+                return;
             }
+            let sequence_error = matches!(
+                e.response_error(),
+                Some(ResponseError::OutOfOrderSequenceNumber | ResponseError::UnknownProducerId)
+            );
+            let reported = if expired && (e.is_retriable() || sequence_error) {
+                tracing::debug!(%e, "batch failed after its delivery timeout");
+                delivery_timeout(
+                    cfg,
+                    &batch.tp,
+                    batch.record_count,
+                    now.saturating_sub(batch.created_ms),
+                    &format!("broker {leader}"),
+                )
+            } else {
+                e.clone()
+            };
+            fail_batch_records(st, batch.id, &reported);
+            if let Some(idem) = st.idem.as_mut() {
+                idem.on_failed(&batch.tp, batch.id, &e, failure_kind(&e));
+            }
+            finish(st, &batch);
         }
+    }
+}
+
+/// Whether a failed batch was refused by the broker (not written) or its
+/// fate is unknown: no answer, or an answer that says it may have been
+/// written (the broker timed out waiting for replicas).
+fn failure_kind(e: &ClientError) -> Failure {
+    match e.response_error() {
+        Some(
+            ResponseError::RequestTimedOut
+            | ResponseError::NotEnoughReplicasAfterAppend
+            | ResponseError::NetworkException,
+        )
+        | None => Failure::Unknown,
+        Some(_) => Failure::Refused,
     }
 }
 

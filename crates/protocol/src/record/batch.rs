@@ -258,6 +258,25 @@ pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
         .copy_from_slice(&epoch.to_be_bytes());
 }
 
+/// Rewrites the producer id, epoch and base sequence (inside the CRC) and
+/// recomputes the CRC, as Kafka's `ProducerBatch.resetProducerState` does
+/// when an idempotent producer re-sends a batch under a bumped epoch.
+/// `batch` must hold at least a whole header.
+pub fn set_producer_state(
+    batch: &mut [u8],
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+) {
+    batch[PRODUCER_ID_OFFSET..PRODUCER_ID_OFFSET + 8].copy_from_slice(&producer_id.to_be_bytes());
+    batch[PRODUCER_EPOCH_OFFSET..PRODUCER_EPOCH_OFFSET + 2]
+        .copy_from_slice(&producer_epoch.to_be_bytes());
+    batch[BASE_SEQUENCE_OFFSET..BASE_SEQUENCE_OFFSET + 4]
+        .copy_from_slice(&base_sequence.to_be_bytes());
+    let crc = compute_crc(batch);
+    batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Marks the batch as LogAppendTime with `timestamp` as its max timestamp
 /// and recomputes the CRC, as Kafka's `DefaultRecordBatch.setMaxTimestamp`
 /// does. Readers take every record's timestamp from the max timestamp.
@@ -381,6 +400,18 @@ mod tests {
         assert_eq!(h.max_timestamp, 1_005);
         assert_eq!(h.timestamp_type(), TimestampType::CreateTime);
         h.validate_as_produced().expect("produced batch");
+    }
+
+    #[test]
+    fn producer_state_rewrite_keeps_the_crc_valid() {
+        let mut batch = sample();
+        set_producer_state(&mut batch, 77, 3, 1234);
+        let h = validate_crc(&batch).expect("valid after the rewrite");
+        assert_eq!(
+            (h.producer_id, h.producer_epoch, h.base_sequence),
+            (77, 3, 1234)
+        );
+        assert_eq!(h.records_count, 2);
     }
 
     #[test]
