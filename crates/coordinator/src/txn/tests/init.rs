@@ -155,6 +155,15 @@ fn failed_first_append_leaves_the_new_id_without_epoch() {
     // As Kafka, the id stays in memory with its producer id and no epoch;
     // the retry bumps to epoch 0 of the same producer id.
     assert_eq!(h.c.producer_id_and_epoch(T), Some((1000, -1)));
+    let d = h.c.describe_transactions(&[T.to_string()]);
+    assert_eq!(
+        (d[0].error, d[0].state.as_str(), d[0].producer_epoch),
+        (None, "Empty", -1)
+    );
+    let l =
+        h.c.list_transactions(h.now, &ListTransactionsFilter::default())
+            .unwrap();
+    assert_eq!(l.transactions.len(), 1);
     let t = h.init(T);
     h.confirm_all();
     assert_eq!(h.resp(t), init_ok(1000, 0));

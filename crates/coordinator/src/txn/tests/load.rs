@@ -279,3 +279,25 @@ fn records_written_are_what_replay_reads() {
         }
     }
 }
+
+#[test]
+fn kip360_retries_do_not_survive_a_reload() {
+    // The last epoch is not in the log (Kafka's schema has no field for
+    // it): a retry of a bump that succeeded before the coordinator moved
+    // is fenced.
+    let mut h = Harness::new();
+    h.ready(T);
+    let t = h.init_with(T, Some((1000, 0)));
+    h.confirm_all();
+    assert_eq!(h.resp(t), init_ok(1000, 1));
+    let t = h.init_with(T, Some((1000, 0)));
+    h.confirm_all();
+    assert_eq!(h.resp(t), init_ok(1000, 1), "a retry before the reload");
+    h.reload();
+    let t = h.init_with(T, Some((1000, 0)));
+    assert_eq!(h.resp(t), init_err(KafkaError::ProducerFenced));
+    // The current epoch still re-initializes.
+    let t = h.init_with(T, Some((1000, 1)));
+    h.confirm_all();
+    assert_eq!(h.resp(t), init_ok(1000, 2));
+}
