@@ -65,8 +65,9 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::error::CoordinatorError;
 use crate::kafka_error::KafkaError;
-use crate::offsets::coordinator_partition;
+use crate::offsets::{coordinator_partition, Record};
 
 pub use schema::{TransactionLogKey, TransactionLogValue, TxnRecordKey, TxnTopicPartitions};
 pub use state::{is_epoch_exhausted, TransactionState};
@@ -224,6 +225,12 @@ impl TransactionCoordinator {
             }
             .to_value(),
         )
+    }
+
+    /// The key and value bytes of a record this shard emitted, the value
+    /// at the configured `log_value_version`.
+    pub fn encode(&self, record: &TxnRecord) -> Result<Record, CoordinatorError> {
+        record.to_record(self.cfg.log_value_version)
     }
 
     /// Whether this shard serves `transactional_id` now: NOT_COORDINATOR

@@ -180,10 +180,7 @@ impl Harness {
         while !self.records.is_empty() {
             let batch = std::mem::take(&mut self.records);
             for r in batch {
-                let rec = r
-                    .record
-                    .to_record(self.c.config().log_value_version)
-                    .unwrap();
+                let rec = self.c.encode(&r.record).unwrap();
                 self.log.push((rec.key, rec.value));
                 let fx = self.c.append_completed(self.now, r.id);
                 self.absorb(fx);
