@@ -1,11 +1,13 @@
 //! The crate's error enum. Kafka error codes are chosen from these at the
 //! broker boundary (brief, section 4), not here.
 
-/// Errors of the coordinators and of the `__consumer_offsets` codecs.
+/// Errors of the coordinators and of the `__consumer_offsets` and
+/// `__transaction_state` codecs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CoordinatorError {
-    // --- offsets: record codecs ---
-    /// A record key or value read from `__consumer_offsets` is malformed.
+    // --- offsets and txn: record codecs ---
+    /// A record key or value read from `__consumer_offsets` or
+    /// `__transaction_state` is malformed.
     #[error("malformed {record} record: {reason}")]
     MalformedRecord {
         record: &'static str,

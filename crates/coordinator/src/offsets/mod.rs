@@ -15,7 +15,7 @@
 pub mod partition;
 pub mod schema;
 pub mod store;
-mod wire;
+pub(crate) mod wire;
 
 pub use partition::{coordinator_partition, DEFAULT_OFFSETS_TOPIC_PARTITIONS};
 pub use schema::{

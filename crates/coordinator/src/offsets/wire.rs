@@ -1,5 +1,5 @@
-//! Kafka's primitive wire types as used inside `__consumer_offsets` record
-//! keys and values: big-endian integers, `int16`-length strings and
+//! Kafka's primitive wire types as used inside `__consumer_offsets` and
+//! `__transaction_state` record keys and values: big-endian integers, `int16`-length strings and
 //! `int32`-length bytes/arrays for non-flexible versions, and the
 //! "compact" (unsigned-varint length + 1) forms plus tagged-field sections
 //! for flexible versions.
@@ -39,7 +39,7 @@ impl<'a> Reader<'a> {
         self.buf.len().saturating_sub(self.pos)
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], CoordinatorError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], CoordinatorError> {
         if self.remaining() < n {
             return Err(self.malformed("truncated"));
         }
@@ -52,6 +52,10 @@ impl<'a> Reader<'a> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N)?);
         Ok(out)
+    }
+
+    pub(crate) fn i8(&mut self) -> Result<i8, CoordinatorError> {
+        Ok(i8::from_be_bytes(self.array()?))
     }
 
     pub(crate) fn i16(&mut self) -> Result<i16, CoordinatorError> {
@@ -139,22 +143,32 @@ impl<'a> Reader<'a> {
     /// the remaining input (every element takes at least one byte) so a
     /// corrupt count cannot trigger a huge allocation.
     pub(crate) fn array_len(&mut self, flexible: bool) -> Result<usize, CoordinatorError> {
+        self.nullable_array_len(flexible)?
+            .ok_or_else(|| self.malformed("null in a non-nullable array field"))
+    }
+
+    /// Element count of a nullable array: `None` means null (-1, or a
+    /// compact length of 0). Bounded by the input like [`Self::array_len`].
+    pub(crate) fn nullable_array_len(
+        &mut self,
+        flexible: bool,
+    ) -> Result<Option<usize>, CoordinatorError> {
         let len = if flexible {
             match self.uvarint()? {
-                0 => return Err(self.malformed("null in a non-nullable array field")),
+                0 => return Ok(None),
                 n => (n - 1) as usize,
             }
         } else {
-            let n = self.i32()?;
-            if n < 0 {
-                return Err(self.malformed("null in a non-nullable array field"));
+            match self.i32()? {
+                -1 => return Ok(None),
+                n if n < 0 => return Err(self.malformed("negative array length")),
+                n => n as usize,
             }
-            n as usize
         };
         if len > self.remaining() {
             return Err(self.malformed("array count exceeds the input"));
         }
-        Ok(len)
+        Ok(Some(len))
     }
 
     /// Skips a tagged-field section (flexible versions). None of the
@@ -191,6 +205,10 @@ impl Writer {
         CoordinatorError::FieldTooLong {
             record: self.record,
         }
+    }
+
+    pub(crate) fn i8(&mut self, v: i8) {
+        self.buf.extend_from_slice(&v.to_be_bytes());
     }
 
     pub(crate) fn i16(&mut self, v: i16) {
@@ -267,6 +285,15 @@ impl Writer {
             let n = i32::try_from(len).map_err(|_| self.too_long())?;
             self.i32(n);
             Ok(())
+        }
+    }
+
+    /// A null array (nullable array fields).
+    pub(crate) fn null_array(&mut self, flexible: bool) {
+        if flexible {
+            self.uvarint(0);
+        } else {
+            self.i32(-1);
         }
     }
 
