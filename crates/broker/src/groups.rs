@@ -64,6 +64,9 @@ pub(crate) struct Groups {
     pub(crate) retention_check_interval_ms: i64,
 }
 
+/// See `GroupConfig::min_sync_delay_ms`.
+const MIN_SYNC_DELAY_MS: i32 = 100;
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -82,6 +85,10 @@ impl Groups {
             initial_rebalance_delay_ms: settings.group_initial_rebalance_delay_ms,
             max_size: settings.group_max_size.max(1) as usize,
             member_id_seed: (now_ms() as u64) ^ (u64::from(node_id as u32) << 32),
+            // Kafka's timing wheel fires a zero-delay timer within its
+            // reaper's 200 ms tick; take the middle of that, so a member
+            // answering its JoinGroup promptly is not expired.
+            min_sync_delay_ms: MIN_SYNC_DELAY_MS,
             ..GroupConfig::default()
         };
         let offset_config =

@@ -193,7 +193,10 @@ impl ClassicGroup {
             self.pending_sync.insert(id);
         }
         self.sync_timer = Some(SyncTimer {
-            deadline: ctx.now + self.rebalance_timeout_ms(),
+            deadline: ctx.now
+                + self
+                    .rebalance_timeout_ms()
+                    .max(i64::from(ctx.cfg.min_sync_delay_ms)),
             generation: self.generation,
             armed_at: ctx.clock,
         });

@@ -275,6 +275,13 @@ pub struct GroupConfig {
     /// Seeds the member-id generator; vary it per broker start so ids do
     /// not repeat after a restart.
     pub member_id_seed: u64,
+    /// The shortest wait for SyncGroup after a rebalance, whatever the
+    /// rebalance timeout (0 in the sans-IO model). Kafka's timers fire
+    /// from a timing wheel whose clock a reaper thread advances at most
+    /// every 200 ms, so a zero-delay pending-sync timer fires somewhere in
+    /// the next 0-200 ms and a prompt SyncGroup gets through; the broker
+    /// sets this to keep that guarantee deterministic.
+    pub min_sync_delay_ms: i32,
 }
 
 impl Default for GroupConfig {
@@ -286,6 +293,7 @@ impl Default for GroupConfig {
             max_size: i32::MAX as usize,
             new_member_join_timeout_ms: 300_000,
             member_id_seed: 0x5EED,
+            min_sync_delay_ms: 0,
         }
     }
 }

@@ -227,3 +227,37 @@ fn zero_rebalance_timeout_lets_a_prompt_sync_through() {
         Err(GroupError::UnknownMemberId)
     );
 }
+
+#[test]
+fn min_sync_delay_gives_a_zero_rebalance_timeout_a_window() {
+    let zero = || JoinGroupRequest {
+        rebalance_timeout_ms: 0,
+        ..join_req("")
+    };
+    let mut h = Harness::with(GroupConfig {
+        initial_rebalance_delay_ms: 0,
+        min_sync_delay_ms: 100,
+        ..GroupConfig::default()
+    });
+    let t = h.join(zero());
+    h.advance(1);
+    let r = h.join_resp(t).expect("join answered");
+    // The window counts from the join's completion (its timer's deadline,
+    // one tick before this answer): 98 ms later the member may still sync...
+    h.advance(98);
+    let st = h.sync(sync_req(&r.member_id, 1, &[(&r.member_id, b"a-0")]));
+    assert_eq!(h.sync_resp(st).expect("sync").error, None);
+    // ...but one that never syncs is removed once the window is over.
+    let t = h.join(JoinGroupRequest {
+        member_id: r.member_id.clone(),
+        ..zero()
+    });
+    assert_eq!(h.join_resp(t).expect("rejoin").generation_id, 2);
+    h.advance(99);
+    assert_eq!(h.heartbeat(&r.member_id, 2), Ok(()));
+    h.advance(2);
+    assert_eq!(
+        h.heartbeat(&r.member_id, 2),
+        Err(GroupError::UnknownMemberId)
+    );
+}
