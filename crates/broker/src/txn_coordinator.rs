@@ -23,7 +23,7 @@
 //!   (`transaction.timeout.ms` aborts, `transactional.id.expiration.ms`,
 //!   marker and completion retries).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -69,6 +69,9 @@ pub(crate) struct TxnCoordinator {
     /// replaced by the topic's own when a shard is loaded.
     config: TxnConfig,
     shards: Mutex<HashMap<i32, Slot>>,
+    /// Partitions being loaded (their slot is held for the whole load;
+    /// other holders of a slot hold it only for a moment).
+    loading: Mutex<HashSet<i32>>,
     parked: Mutex<HashMap<u64, oneshot::Sender<TxnResponse>>>,
     next_token: AtomicU64,
     /// Wakes the background task when a deadline may have moved earlier.
@@ -97,6 +100,7 @@ impl TxnCoordinator {
         Self {
             config,
             shards: Mutex::new(HashMap::new()),
+            loading: Mutex::new(HashSet::new()),
             parked: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(1),
             wake: Notify::new(),
@@ -168,7 +172,10 @@ impl TxnCoordinator {
             let part = broker
                 .partition(TRANSACTION_STATE_TOPIC, partition)
                 .ok_or(KafkaError::NotCoordinator)?;
-            let shard = Arc::new(Mutex::new(self.load(broker, part)?));
+            lock(&self.loading).insert(partition);
+            let loaded_shard = self.load(broker, part);
+            lock(&self.loading).remove(&partition);
+            let shard = Arc::new(Mutex::new(loaded_shard?));
             *loaded = Some(Arc::clone(&shard));
             Ok(shard)
         })
@@ -247,7 +254,7 @@ impl TxnCoordinator {
     }
 
     /// Every loaded shard in partition order, and whether a partition is
-    /// being loaded (its slot is held).
+    /// being loaded.
     fn loaded(&self) -> (Vec<Arc<Mutex<Shard>>>, bool) {
         let mut slots: Vec<(i32, Slot)> = lock(&self.shards)
             .iter()
@@ -256,14 +263,14 @@ impl TxnCoordinator {
         slots.sort_by_key(|(p, _)| *p);
         let mut loading = false;
         let mut out = Vec::new();
-        for (_, slot) in slots {
-            match slot.try_lock() {
-                Ok(loaded) => out.extend(loaded.as_ref().map(Arc::clone)),
-                Err(std::sync::TryLockError::WouldBlock) => loading = true,
-                Err(std::sync::TryLockError::Poisoned(p)) => {
-                    out.extend(p.into_inner().as_ref().map(Arc::clone))
-                }
+        for (partition, slot) in slots {
+            if lock(&self.loading).contains(&partition) {
+                loading = true;
+                continue;
             }
+            // Held for a moment by a lookup, or by a load that started
+            // since: wait for it.
+            out.extend(lock(&slot).as_ref().map(Arc::clone));
         }
         (out, loading)
     }

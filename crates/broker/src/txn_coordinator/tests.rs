@@ -274,6 +274,7 @@ async fn a_load_does_not_block_other_partitions() {
     );
     // A thread holds partition 0's slot, as its load would.
     let slot = broker.txns.slot(0);
+    lock(&broker.txns.loading).insert(0);
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
     let holder = std::thread::spawn(move || {
@@ -299,6 +300,7 @@ async fn a_load_does_not_block_other_partitions() {
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!waiting.is_finished(), "A was served without its partition");
+    lock(&broker.txns.loading).remove(&0);
     release_tx.send(()).expect("release");
     holder.join().expect("holder");
     assert_eq!(waiting.await.expect("task"), (1, 0));
