@@ -36,7 +36,7 @@ RATE = 10_000  # records/s, so that the kills land mid-stream
 PARTITIONS = 3
 KILL_AT = (30_000, 65_000)
 
-NONE, COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST = 0, 15, 42
+NONE, INVALID_REQUEST = 0, 42
 
 
 # ------------------------------------------------------------ InitProducerId
@@ -88,12 +88,14 @@ def test_init_producer_id_versions_and_refusals(server):
         # Kafka answers (no state is kept for idempotent producer ids).
         s.sendall(init_request(4, 11, pid=5, epoch=0))
         assert read_init_response(s, 4, 11) == (NONE, 6, 0)
-        # Transactional ids need the transaction coordinator.
+        # Transactional ids go to the transaction coordinator: a producer
+        # id of their own from the same allocator, its epoch bumped by the
+        # next InitProducerId.
         s.sendall(init_request(1, 12, txn=""))
         assert read_init_response(s, 1, 12) == (INVALID_REQUEST, -1, -1)
-        for v in (1, 4):
+        for v, epoch in ((1, 0), (4, 1)):
             s.sendall(init_request(v, 13, txn="tx-1"))
-            assert read_init_response(s, v, 13) == (COORDINATOR_NOT_AVAILABLE, -1, -1)
+            assert read_init_response(s, v, 13) == (NONE, 7, epoch)
 
 
 def test_producer_ids_never_repeat_across_restarts_and_sigkill(server):

@@ -388,7 +388,7 @@ def test_kafka_python_fixture_properties_start_and_serve(tmp_path, file_servers)
     assert "allow.everyone.if.no.acl.found" in log
     assert "were supplied but are not used yet" in log
     assert log.count("have no effect in Sluice yet") == 1
-    assert "transaction.state.log.min.isr" in log
+    assert "share.coordinator.state.topic.min.isr" in log
 
 
 def test_trivup_fixture_properties_start_and_serve(tmp_path, file_servers):

@@ -60,6 +60,9 @@ pub struct Broker {
     pub(crate) fetch_sessions: crate::fetch_session::FetchSessionCache,
     /// Producer ids for InitProducerId (blocks from the metadata log).
     pub(crate) producer_ids: crate::producer_ids::ProducerIds,
+    /// Transaction coordinators (one shard per `__transaction_state`
+    /// partition).
+    pub(crate) txns: crate::txn_coordinator::TxnCoordinator,
 }
 
 impl Broker {
@@ -103,6 +106,7 @@ impl Broker {
         let advertised = config.advertised_listener()?;
         let fetch_sessions = crate::fetch_session::FetchSessionCache::from_settings(&settings);
         let groups = crate::groups::Groups::new(&settings, node_id);
+        let txns = crate::txn_coordinator::TxnCoordinator::new(&settings);
         let broker = Arc::new(Self {
             config,
             settings,
@@ -116,6 +120,7 @@ impl Broker {
             fetch_sessions,
             groups,
             producer_ids: Default::default(),
+            txns,
         });
         broker.reconcile_logs()?;
         broker.sync_partitions();
@@ -123,6 +128,10 @@ impl Broker {
             .groups
             .load_all(&broker)
             .map_err(|e| BrokerError::Malformed(format!("loading consumer groups: {e:?}")))?;
+        broker
+            .txns
+            .load_all(&broker)
+            .map_err(|e| BrokerError::Malformed(format!("loading transactions: {e:?}")))?;
         broker.logs.start_background();
         // Only now: a snapshot must not be taken before the folders were
         // reconciled with the removals the log tail records.
@@ -435,6 +444,44 @@ impl Broker {
         ];
         let rf = self.settings.offsets_topic_replication_factor;
         match self.create_topic_unchecked(CONSUMER_OFFSETS_TOPIC, partitions, rf, &configs, false) {
+            Ok(_) => Ok(()),
+            Err(e) if e.code == ResponseError::TopicAlreadyExists => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates `__transaction_state` when it does not exist yet, as Kafka's
+    /// `AutoTopicCreationManager` does on first need, with
+    /// `TransactionStateManager.transactionTopicConfigs`: compacted,
+    /// uncompressed, no unclean leader election, `min.insync.replicas` from
+    /// `transaction.state.log.min.isr`, `segment.bytes` from
+    /// `transaction.state.log.segment.bytes`, replication
+    /// `transaction.state.log.replication.factor`.
+    pub(crate) fn ensure_transaction_state_topic(&self) -> std::result::Result<(), ApiError> {
+        let name = crate::internal_topics::TRANSACTION_STATE_TOPIC;
+        if self.image().topic(name).is_some() {
+            return Ok(());
+        }
+        let s = &self.settings;
+        let configs = vec![
+            (
+                "unclean.leader.election.enable".to_string(),
+                "false".to_string(),
+            ),
+            ("compression.type".to_string(), "uncompressed".to_string()),
+            ("cleanup.policy".to_string(), "compact".to_string()),
+            (
+                "min.insync.replicas".to_string(),
+                s.transaction_state_log_min_isr.to_string(),
+            ),
+            (
+                "segment.bytes".to_string(),
+                s.transaction_state_log_segment_bytes.to_string(),
+            ),
+        ];
+        let partitions = s.transaction_state_log_num_partitions;
+        let rf = s.transaction_state_log_replication_factor;
+        match self.create_topic_unchecked(name, partitions, rf, &configs, false) {
             Ok(_) => Ok(()),
             Err(e) if e.code == ResponseError::TopicAlreadyExists => Ok(()),
             Err(e) => Err(e),

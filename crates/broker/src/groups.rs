@@ -110,7 +110,7 @@ impl Groups {
     /// groups to other partitions, as in Kafka's
     /// `GroupCoordinator.partitionFor`), else the configured count the
     /// topic will be created with.
-    fn partition_count(&self, broker: &Broker) -> i32 {
+    pub(crate) fn partition_count(&self, broker: &Broker) -> i32 {
         broker
             .image()
             .topic(CONSUMER_OFFSETS_TOPIC)

@@ -17,6 +17,9 @@
 //!   partition's leader state (log, leader epoch, ISR, high watermark,
 //!   parked fetches); every append goes through it.
 //! - `groups`: the group coordinator runtime over `sluice-coordinator`.
+//! - `txn_coordinator`: the transaction coordinator runtime over
+//!   `sluice-coordinator` (shards per `__transaction_state` partition,
+//!   markers, timers); `txn_markers`: the marker write path.
 //! - `blocking`: disk work kept off the async workers.
 //! - `producer_ids`: producer ids for InitProducerId, in blocks recorded
 //!   in the metadata log.
@@ -39,6 +42,8 @@ mod partition;
 mod producer_ids;
 mod reconcile;
 pub mod server;
+mod txn_coordinator;
+mod txn_markers;
 
 pub use alloc::ServerAllocator;
 pub use broker::Broker;

@@ -102,7 +102,9 @@ impl Partition {
         self.maybe_advance_high_watermark();
     }
 
-    fn isr_len(&self) -> usize {
+    /// How many replicas are in sync (acks=all appends need
+    /// `min.insync.replicas` of them).
+    pub(crate) fn isr_len(&self) -> usize {
         self.isr.read().unwrap_or_else(|p| p.into_inner()).len()
     }
 

@@ -81,6 +81,10 @@ impl Server {
             Arc::clone(&self.broker),
             stop_rx.clone(),
         ));
+        let txn_task = tokio::spawn(crate::txn_coordinator::run(
+            Arc::clone(&self.broker),
+            stop_rx.clone(),
+        ));
         let mut tasks = tokio::task::JoinSet::new();
         tokio::pin!(shutdown);
         // A broker-wide connection slot, taken before accepting.
@@ -143,6 +147,7 @@ impl Server {
             tracing::warn!("connections still busy after 30 s; closing anyway");
         }
         let _ = timers.await;
+        let _ = txn_task.await;
         let broker = self.broker;
         tokio::task::spawn_blocking(move || broker.shutdown())
             .await

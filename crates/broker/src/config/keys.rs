@@ -14,7 +14,8 @@
 //!
 //! Sluice's own defaults differ from Kafka's only where a zero-config single
 //! node needs it: `listeners`, `log.dir`, `node.id`, `process.roles`,
-//! `offsets.topic.replication.factor`.
+//! `offsets.topic.replication.factor`, `transaction.state.log.replication.factor`,
+//! `transaction.state.log.min.isr`.
 
 use super::{
     check_gzip_level, check_host_ports, check_ip_overrides, check_listeners, check_protocol_map,
@@ -334,18 +335,18 @@ pub(crate) const BROKER_KEYS: &[Key] = &[
     key("share.coordinator.state.topic.compression.codec", Int, Some("0"), Any, ShareGroups, NO_EFFECT, PUBLIC, "codec of __share_group_state batches (id)"),
     key("share.coordinator.append.linger.ms", Int, Some("10"), AtLeast(0), ShareGroups, NO_EFFECT, PUBLIC, "batching delay of share coordinator appends"),
     key("share.coordinator.write.timeout.ms", Int, Some("5000"), AtLeast(1), ShareGroups, NO_EFFECT, PUBLIC, "wait for a share state write"),
-    key("transaction.state.log.min.isr", Int, Some("2"), AtLeast(1), Transactions, NO_EFFECT, PUBLIC, "min.insync.replicas of __transaction_state"),
+    key("transaction.state.log.min.isr", Int, Some("1"), AtLeast(1), Transactions, USED, PUBLIC, "min.insync.replicas of __transaction_state (Kafka: 2; Sluice: 1 so a single node can write it)"),
     key("transaction.state.log.load.buffer.size", Int, Some("5242880"), AtLeast(1), Transactions, NO_EFFECT, PUBLIC, "read size when loading transactions"),
-    key("transaction.state.log.replication.factor", Short, Some("3"), AtLeast(1), Transactions, NO_EFFECT, PUBLIC, "replication of __transaction_state"),
-    key("transaction.state.log.num.partitions", Int, Some("50"), AtLeast(1), Transactions, NO_EFFECT, PUBLIC, "partitions of __transaction_state"),
-    key("transaction.state.log.segment.bytes", Int, Some("104857600"), AtLeast(1), Transactions, NO_EFFECT, PUBLIC, "segment size of __transaction_state"),
+    key("transaction.state.log.replication.factor", Short, Some("1"), AtLeast(1), Transactions, USED, PUBLIC, "replication of __transaction_state (Kafka: 3; Sluice: 1 so a single node can create it)"),
+    key("transaction.state.log.num.partitions", Int, Some("50"), AtLeast(1), Transactions, USED, PUBLIC, "partitions of __transaction_state"),
+    key("transaction.state.log.segment.bytes", Int, Some("104857600"), AtLeast(1), Transactions, USED, PUBLIC, "segment size of __transaction_state"),
     key("transaction.partition.verification.enable", Bool, Some("true"), Any, Transactions, NO_EFFECT, PUBLIC, "verify partitions before transactional appends"),
     key("producer.id.expiration.ms", Int, Some("86400000"), AtLeast(1), Transactions, USED, PUBLIC, "forget idle producer ids after this long"),
     key("producer.id.expiration.check.interval.ms", Int, Some("600000"), AtLeast(1), Transactions, USED, INTERNAL, "producer id expiry check interval (internal)"),
-    key("transactional.id.expiration.ms", Int, Some("604800000"), AtLeast(1), Transactions, NO_EFFECT, PUBLIC, "forget idle transactional ids after this long"),
-    key("transaction.max.timeout.ms", Int, Some("900000"), AtLeast(1), Transactions, NO_EFFECT, PUBLIC, "largest transaction timeout a producer may ask for"),
-    key("transaction.abort.timed.out.transaction.cleanup.interval.ms", Int, Some("10000"), AtLeast(1), Transactions, NO_EFFECT, PUBLIC, "how often timed-out transactions are aborted"),
-    key("transaction.remove.expired.transaction.cleanup.interval.ms", Int, Some("3600000"), AtLeast(1), Transactions, NO_EFFECT, PUBLIC, "how often expired transactional ids are removed"),
+    key("transactional.id.expiration.ms", Int, Some("604800000"), AtLeast(1), Transactions, USED, PUBLIC, "forget idle transactional ids after this long"),
+    key("transaction.max.timeout.ms", Int, Some("900000"), AtLeast(1), Transactions, USED, PUBLIC, "largest transaction timeout a producer may ask for"),
+    key("transaction.abort.timed.out.transaction.cleanup.interval.ms", Int, Some("10000"), AtLeast(1), Transactions, USED, PUBLIC, "how often timed-out transactions are aborted"),
+    key("transaction.remove.expired.transaction.cleanup.interval.ms", Int, Some("3600000"), AtLeast(1), Transactions, USED, PUBLIC, "how often expired transactional ids are removed"),
     key("controller.quorum.voters", List, Some(""), Custom(check_quorum_voters, "id@host:port,..."), KRaft, NO_EFFECT, PUBLIC, "static controller quorum: id@host:port,..."),
     key("controller.quorum.bootstrap.servers", List, Some(""), Custom(check_host_ports, "host:port,..."), KRaft, NO_EFFECT, PUBLIC, "controllers to discover the quorum from"),
     key("controller.quorum.election.timeout.ms", Int, Some("1000"), Any, KRaft, NO_EFFECT, PUBLIC, "wait before starting an election"),

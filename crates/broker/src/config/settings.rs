@@ -103,6 +103,25 @@ settings! {
     producer_id_expiration_ms: i32 = "producer.id.expiration.ms";
     /// `producer.id.expiration.check.interval.ms`
     producer_id_expiration_check_interval_ms: i32 = "producer.id.expiration.check.interval.ms";
+    /// `transaction.max.timeout.ms`: the largest `transaction.timeout.ms`
+    /// InitProducerId accepts.
+    transaction_max_timeout_ms: i32 = "transaction.max.timeout.ms";
+    /// `transactional.id.expiration.ms`
+    transactional_id_expiration_ms: i32 = "transactional.id.expiration.ms";
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`
+    transaction_abort_timed_out_interval_ms: i32 =
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms";
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`
+    transaction_remove_expired_interval_ms: i32 =
+        "transaction.remove.expired.transaction.cleanup.interval.ms";
+    /// `transaction.state.log.num.partitions`
+    transaction_state_log_num_partitions: i32 = "transaction.state.log.num.partitions";
+    /// `transaction.state.log.replication.factor`
+    transaction_state_log_replication_factor: i16 = "transaction.state.log.replication.factor";
+    /// `transaction.state.log.segment.bytes`
+    transaction_state_log_segment_bytes: i32 = "transaction.state.log.segment.bytes";
+    /// `transaction.state.log.min.isr`
+    transaction_state_log_min_isr: i32 = "transaction.state.log.min.isr";
 }
 
 /// Reads `key` as a `T`. A key missing from the table (a typo in the
@@ -141,6 +160,11 @@ mod tests {
         assert_eq!(s.num_partitions, 1);
         assert_eq!(s.offsets_topic_num_partitions, 50);
         assert_eq!(s.offsets_topic_replication_factor, 1);
+        // Kafka's defaults (3 and 2) cannot be met by one node.
+        assert_eq!(s.transaction_state_log_replication_factor, 1);
+        assert_eq!(s.transaction_state_log_min_isr, 1);
+        assert_eq!(s.transaction_state_log_num_partitions, 50);
+        assert_eq!(s.transaction_max_timeout_ms, 900_000);
         assert_eq!(s.socket_request_max_bytes, 104_857_600);
         assert!(s.auto_create_topics_enable);
     }

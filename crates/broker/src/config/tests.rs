@@ -303,7 +303,7 @@ fn kafka_client_fixture_server_properties_are_accepted() {
     assert_eq!(c.unknown_keys(), vec!["allow.everyone.if.no.acl.found"]);
     let idle = c.keys_without_effect();
     for k in [
-        "transaction.state.log.min.isr",
+        "share.coordinator.state.topic.min.isr",
         "offsets.commit.timeout.ms",
         "num.io.threads",
         "controller.quorum.bootstrap.servers",

@@ -6,10 +6,13 @@
 //! each; older versions look up `key`.
 //!
 //! Any group id is answered, the empty one included (Kafka hashes it like
-//! any other; JoinGroup and the other group APIs reject it). Sluice has no
-//! transaction coordinator: transactional ids (key type 1) get
-//! COORDINATOR_NOT_AVAILABLE, what Kafka answers while `__transaction_state`
-//! cannot be created; other key types get INVALID_REQUEST.
+//! any other; JoinGroup and the other group APIs reject it). A
+//! transactional id (key type 1, v1+) is coordinated by the leader of its
+//! `__transaction_state` partition: looking it up creates the topic (Kafka's
+//! transaction topic configs, `transaction.state.log.*`) and loads the id's
+//! partition on first use; COORDINATOR_NOT_AVAILABLE when the topic cannot
+//! be created (Kafka's answer while it is missing). Other key types get
+//! INVALID_REQUEST (share groups, key type 2, are not built).
 
 use std::sync::Arc;
 
@@ -91,10 +94,18 @@ fn find(broker: &Arc<Broker>, key_type: i8, key: &str) -> Found {
                 i32::from(broker.advertised.port),
             ))
         }
-        KEY_TYPE_TRANSACTION => Err(ApiError::new(
-            ResponseError::CoordinatorNotAvailable,
-            "The coordinator is not available: Sluice has no transaction coordinator.",
-        )),
+        KEY_TYPE_TRANSACTION => match broker.txns.shard(broker, key, true) {
+            Ok(_) => Ok((
+                broker.node_id,
+                broker.advertised.host.clone(),
+                i32::from(broker.advertised.port),
+            )),
+            Err(e) => Err(ApiError::new(
+                ResponseError::try_from_code(e.code())
+                    .unwrap_or(ResponseError::CoordinatorNotAvailable),
+                e.to_string(),
+            )),
+        },
         other => Err(ApiError::new(
             ResponseError::InvalidRequest,
             format!("Unknown coordinator type {other} in FindCoordinator request"),
@@ -156,10 +167,93 @@ mod tests {
         broker.shutdown().expect("shutdown");
     }
 
+    /// Key type TRANSACTION (v1+) answers this node and creates
+    /// `__transaction_state` with Kafka's transaction topic configs.
     #[test]
-    fn transactional_and_unknown_key_types() {
+    fn transactional_ids_answer_this_node_and_create_the_transaction_topic() {
+        use crate::internal_topics::TRANSACTION_STATE_TOPIC;
         let dir = tempfile::tempdir().expect("tempdir");
-        let broker = open_broker(dir.path(), &[("offsets.topic.num.partitions", "1")]);
+        let broker = open_broker(
+            dir.path(),
+            &[
+                ("listeners", "PLAINTEXT://127.0.0.1:19093"),
+                ("transaction.state.log.num.partitions", "3"),
+                ("transaction.state.log.segment.bytes", "1048576"),
+            ],
+        );
+        assert!(broker.image().topic(TRANSACTION_STATE_TOPIC).is_none());
+        for v in 1..=VERSIONS.1 {
+            let mut req = FindCoordinatorRequest::default();
+            req.key_type = KEY_TYPE_TRANSACTION;
+            if v >= 4 {
+                req.coordinator_keys = vec![
+                    StrBytes::from_static_str("tx-1"),
+                    StrBytes::from_static_str("tx-2"),
+                ];
+            } else {
+                req.key = StrBytes::from_static_str("tx-1");
+            }
+            let resp = roundtrip(&handle(&broker, req, &ctx(ApiKey::FindCoordinator, v)), v);
+            let mut want = FindCoordinatorResponse::default();
+            if v >= 4 {
+                want.coordinators = ["tx-1", "tx-2"]
+                    .iter()
+                    .map(|k| {
+                        let mut c = Coordinator::default();
+                        c.key = StrBytes::from_static_str(k);
+                        c.error_message = Some(StrBytes::from_static_str("NONE"));
+                        c.node_id = BrokerId(1);
+                        c.host = StrBytes::from_static_str("127.0.0.1");
+                        c.port = 19093;
+                        c
+                    })
+                    .collect();
+            } else {
+                want.error_message = Some(StrBytes::from_static_str("NONE"));
+                want.node_id = BrokerId(1);
+                want.host = StrBytes::from_static_str("127.0.0.1");
+                want.port = 19093;
+            }
+            assert_eq!(resp, want, "v{v}");
+        }
+        let topic = broker
+            .image()
+            .topic(TRANSACTION_STATE_TOPIC)
+            .cloned()
+            .expect("__transaction_state created on first use");
+        assert_eq!(topic.partitions.len(), 3);
+        let configs: Vec<(&str, &str)> = topic
+            .configs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            configs,
+            vec![
+                ("cleanup.policy", "compact"),
+                ("compression.type", "uncompressed"),
+                ("min.insync.replicas", "1"),
+                ("segment.bytes", "1048576"),
+                ("unclean.leader.election.enable", "false"),
+            ]
+        );
+        assert!(crate::internal_topics::is_internal(TRANSACTION_STATE_TOPIC));
+        broker.shutdown().expect("shutdown");
+    }
+
+    /// A topic that cannot be created (replication 2 on one node) is
+    /// COORDINATOR_NOT_AVAILABLE, as Kafka answers while it is missing;
+    /// unknown key types are INVALID_REQUEST.
+    #[test]
+    fn uncreatable_transaction_topic_and_unknown_key_types() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(
+            dir.path(),
+            &[
+                ("offsets.topic.num.partitions", "1"),
+                ("transaction.state.log.replication.factor", "2"),
+            ],
+        );
         for v in 1..=VERSIONS.1 {
             for (key_type, code) in [
                 (KEY_TYPE_TRANSACTION, ResponseError::CoordinatorNotAvailable),

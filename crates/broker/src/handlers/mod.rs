@@ -4,6 +4,8 @@
 //! the range it implements and is tested with, which is exactly what
 //! ApiVersions advertises.
 
+mod add_offsets_to_txn;
+mod add_partitions_to_txn;
 mod alter_configs;
 mod api_versions;
 mod create_partitions;
@@ -17,6 +19,8 @@ mod describe_groups;
 mod describe_log_dirs;
 mod describe_producers;
 mod describe_topic_partitions;
+mod describe_transactions;
+mod end_txn;
 pub(crate) mod errors;
 mod fetch;
 mod find_coordinator;
@@ -27,6 +31,7 @@ mod join_group;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_transactions;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
@@ -133,8 +138,13 @@ apis! {
     OffsetFetch => offset_fetch, OffsetFetchRequest, inline;
     OffsetDelete => offset_delete, OffsetDeleteRequest, inline;
     DescribeTopicPartitions => describe_topic_partitions, DescribeTopicPartitionsRequest, inline;
-    InitProducerId => init_producer_id, InitProducerIdRequest, blocking;
+    InitProducerId => init_producer_id, InitProducerIdRequest, async;
     DescribeProducers => describe_producers, DescribeProducersRequest, inline;
+    AddPartitionsToTxn => add_partitions_to_txn, AddPartitionsToTxnRequest, async;
+    AddOffsetsToTxn => add_offsets_to_txn, AddOffsetsToTxnRequest, async;
+    EndTxn => end_txn, EndTxnRequest, async;
+    DescribeTransactions => describe_transactions, DescribeTransactionsRequest, inline;
+    ListTransactions => list_transactions, ListTransactionsRequest, inline;
 }
 
 /// What a handler answers.
