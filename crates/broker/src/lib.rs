@@ -39,6 +39,7 @@ mod partition;
 mod producer_ids;
 mod reconcile;
 pub mod server;
+mod txn_markers;
 
 pub use alloc::ServerAllocator;
 pub use broker::Broker;

@@ -35,6 +35,8 @@ mod offset_for_leader_epoch;
 mod produce;
 mod sasl_handshake;
 mod sync_group;
+mod txn_offset_commit;
+mod write_txn_markers;
 
 use std::sync::Arc;
 
@@ -135,6 +137,8 @@ apis! {
     DescribeTopicPartitions => describe_topic_partitions, DescribeTopicPartitionsRequest, inline;
     InitProducerId => init_producer_id, InitProducerIdRequest, blocking;
     DescribeProducers => describe_producers, DescribeProducersRequest, inline;
+    WriteTxnMarkers => write_txn_markers, WriteTxnMarkersRequest, async;
+    TxnOffsetCommit => txn_offset_commit, TxnOffsetCommitRequest, inline;
 }
 
 /// What a handler answers.
