@@ -11,6 +11,12 @@
 //! partition (and the store updated) before any response is released.
 //! JoinGroup and SyncGroup responses that wait for a rebalance are parked
 //! under a request token and released by a later call or by the timer task.
+//!
+//! Transactional offsets (TxnOffsetCommit) are appended as a transactional
+//! batch of their producer and stay pending in the offset store; the
+//! transaction's marker on the same partition is written through the shard
+//! ([`Groups::complete_txn`], called by `Broker::write_txn_markers`), which
+//! then commits or drops them. Loading replays markers the same way.
 
 use std::collections::BTreeSet;
 use std::collections::HashMap;
@@ -27,7 +33,8 @@ use sluice_coordinator::offsets::ExpiryBase;
 use sluice_coordinator::offsets::{
     coordinator_partition, OffsetConfig, OffsetStore, Record as OffsetsRecord, Replayed,
 };
-use sluice_protocol::record::codec::decode_batch;
+use sluice_protocol::record::codec::{decode_batch, ProducerInfo};
+use sluice_protocol::record::control::EndTxnMarker;
 use sluice_protocol::record::{BatchBuilder, Compression, Record};
 use sluice_storage::ReplayEvent;
 use tokio::sync::oneshot;
@@ -207,9 +214,6 @@ impl Groups {
             let ReplayEvent::Batch { header, raw } = event else {
                 return;
             };
-            if header.is_control() {
-                return;
-            }
             let decoded = match decode_batch(raw, 64 << 20) {
                 Ok(d) => d,
                 Err(e) => {
@@ -217,13 +221,36 @@ impl Groups {
                     return;
                 }
             };
+            if header.is_control() {
+                // A transaction marker commits or drops its producer's
+                // pending offsets (Kafka's replayEndTransactionMarker).
+                let Some(first) = decoded.records.first() else {
+                    return;
+                };
+                match EndTxnMarker::parse(first.record.key.as_deref(), first.record.value.as_deref()) {
+                    Ok(m) => {
+                        offsets.replay_end_txn(header.producer_id, m.commit);
+                    }
+                    Err(e) => {
+                        tracing::warn!(partition = %tp, offset = header.base_offset, error = %e, "skipping unreadable control record")
+                    }
+                }
+                return;
+            }
+            // Offsets of a transactional batch stay pending until its
+            // producer's marker.
+            let producer_id = if header.is_transactional() {
+                header.producer_id
+            } else {
+                -1
+            };
             for r in decoded.records {
                 let offset = r.record.offset;
                 if offset < from {
                     continue;
                 }
                 let Some(key) = r.record.key else { continue };
-                match offsets.replay(&key, r.record.value.as_deref()) {
+                match offsets.replay_at(offset, producer_id, &key, r.record.value.as_deref()) {
                     Ok(Replayed::GroupMetadata { group, value }) => {
                         groups.replay(&GroupRecord::from_replayed(group, value));
                     }
@@ -342,8 +369,66 @@ impl Groups {
         shard: &mut Shard,
         records: &[OffsetsRecord],
     ) -> Result<(), ApiError> {
-        append(&shard.partition, records)?;
-        shard.offsets.apply(records).map_err(internal)
+        let Some(base) = append_batch(&shard.partition, records, None)? else {
+            return Ok(());
+        };
+        shard.offsets.apply_at(base, -1, records).map_err(internal)
+    }
+
+    /// Appends TxnOffsetCommit records as one transactional batch of the
+    /// producer (the partition's producer state checks its epoch); the
+    /// offsets stay pending until the producer's marker.
+    pub(crate) fn commit_txn_records(
+        &self,
+        shard: &mut Shard,
+        producer_id: i64,
+        producer_epoch: i16,
+        records: &[OffsetsRecord],
+    ) -> Result<(), ApiError> {
+        let Some(base) = append_batch(
+            &shard.partition,
+            records,
+            Some((producer_id, producer_epoch)),
+        )?
+        else {
+            return Ok(());
+        };
+        shard
+            .offsets
+            .apply_at(base, producer_id, records)
+            .map_err(internal)
+    }
+
+    /// Writes a transaction marker to `__consumer_offsets` partition
+    /// `partition` through its shard (Kafka's `completeTransaction` in the
+    /// coordinator runtime): the marker is appended, then the producer's
+    /// pending offsets there are committed or dropped.
+    pub(crate) fn complete_txn(
+        &self,
+        broker: &Broker,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: EndTxnMarker,
+    ) -> Result<(), ApiError> {
+        let shard = self.shard_at(broker, partition)?;
+        let mut shard = lock(&shard);
+        if shard.groups.is_loading() {
+            return Err(ApiError::code(ResponseError::CoordinatorLoadInProgress));
+        }
+        shard
+            .partition
+            .append_marker(producer_id, producer_epoch, marker)
+            .map_err(|e| crate::handlers::errors::storage_error(&e))?;
+        let n = shard.offsets.replay_end_txn(producer_id, marker.commit);
+        tracing::debug!(
+            partition,
+            producer_id,
+            commit = marker.commit,
+            offsets = n,
+            "transaction completed on __consumer_offsets"
+        );
+        Ok(())
     }
 
     /// Offset expiry over every loaded shard (Kafka's
@@ -480,19 +565,40 @@ pub(crate) async fn run_timers(broker: Arc<Broker>, mut stop: tokio::sync::watch
 /// Appends `records` to a `__consumer_offsets` partition as one batch,
 /// through the partition layer (leader epoch, high watermark, wake-ups).
 fn append(partition: &Partition, records: &[OffsetsRecord]) -> Result<(), ApiError> {
+    append_batch(partition, records, None).map(|_| ())
+}
+
+/// [`append`], with a producer: as its transactional batch (base sequence 0, as
+/// Kafka's coordinator runtime writes them). Returns the first record's
+/// offset (`None` when there was nothing to append).
+fn append_batch(
+    partition: &Partition,
+    records: &[OffsetsRecord],
+    producer: Option<(i64, i16)>,
+) -> Result<Option<i64>, ApiError> {
     if records.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let now = now_ms();
     let mut b = BatchBuilder::new(Compression::None, now);
+    if let Some((producer_id, producer_epoch)) = producer {
+        b = b.producer(
+            ProducerInfo {
+                producer_id,
+                producer_epoch,
+                base_sequence: 0,
+            },
+            true,
+        );
+    }
     for r in records {
         b.push(Record::new(Some(r.key.clone()), r.value.clone(), now));
     }
     let bytes = b.build(0).map_err(internal)?;
-    partition
+    let info = partition
         .append_for_coordinator(bytes)
         .map_err(|e| crate::handlers::errors::storage_error(&e))?;
-    Ok(())
+    Ok(Some(info.base_offset))
 }
 
 /// The same kind of response, answering NOT_COORDINATOR.

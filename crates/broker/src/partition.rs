@@ -165,6 +165,25 @@ impl Partition {
         Ok(info)
     }
 
+    /// Appends a transaction marker (COMMIT or ABORT control batch of the
+    /// producer, Kafka's `MemoryRecords.withEndTransactionMarker`) as the
+    /// coordinator's write: the partition's producer state checks the
+    /// producer and coordinator epochs and completes the transaction (its
+    /// transaction index entry, the last stable offset), the high
+    /// watermark moves and parked fetches wake.
+    pub(crate) fn append_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: sluice_protocol::record::control::EndTxnMarker,
+    ) -> Result<AppendInfo, StorageError> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let batch = marker.batch(producer_id, producer_epoch, now)?;
+        self.append_for_coordinator(batch)
+    }
+
     fn append_now(
         &self,
         mut records: Vec<u8>,
@@ -185,12 +204,16 @@ impl Partition {
 
     /// Moves the high watermark to the smallest log end offset over the
     /// ISR. With this node the only replica that is the log end offset.
-    /// Wakes parked fetches and acks=all waiters when it moved.
+    /// Wakes acks=all waiters when it moved, and parked fetches when it or
+    /// the last stable offset (read_committed fetches) moved.
     pub(crate) fn maybe_advance_high_watermark(&self) {
         let before = self.log.high_watermark();
+        let lso_before = self.log.last_stable_offset();
         let after = self.log.set_high_watermark(self.log.log_end_offset());
         if after > before {
             self.hw_moved.notify_waiters();
+        }
+        if after > before || self.log.last_stable_offset() != lso_before {
             self.wake_fetches();
         }
     }

@@ -1,116 +1,142 @@
-//! PLACEHOLDER (txnrt branch): a minimal marker write path so the
-//! transaction coordinator runtime (`txn_coordinator`) can be tested
-//! before the txnstore branch lands. The txnstore branch owns this file
-//! (`MarkerWrite`, `Broker::write_txn_markers` with this signature); the
-//! lead replaces this version with it at merge.
+//! Writing transaction markers (COMMIT/ABORT control batches) to the
+//! partitions of a transaction, as their leader: the one path used by the
+//! WriteTxnMarkers handler and by the transaction coordinator runtime
+//! (Kafka's `KafkaApis.handleWriteTxnMarkersRequest` over
+//! `ReplicaManager.appendRecords` and the group coordinator's
+//! `completeTransaction`).
 //!
-//! What it does: for each partition this node leads, append one
-//! COMMIT/ABORT control batch (Kafka's `EndTransactionMarker`: key
-//! `(version 0, type)`, value `(version 0, coordinator epoch)`) through the
-//! partition layer, so producer state completes the transaction. What it
-//! does not: the last stable offset, the `.txnindex`, applying or dropping
-//! pending offsets on `__consumer_offsets`, WriteTxnMarkers to remote
-//! leaders.
+//! Per partition:
+//! - not led here: NOT_LEADER_OR_FOLLOWER when this node is a replica of
+//!   it, else UNKNOWN_TOPIC_OR_PARTITION (Kafka answers that when the
+//!   broker has no log for the partition);
+//! - `__consumer_offsets`: through the group coordinator's shard, which
+//!   appends the marker and then commits or drops the producer's pending
+//!   offsets; its "coordinator not ready" errors become
+//!   NOT_LEADER_OR_FOLLOWER, which the transaction coordinator retries;
+//! - any other partition: the marker is appended through the partition
+//!   layer (producer state checks the producer and coordinator epochs:
+//!   INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED), then, as
+//!   Kafka appends markers with acks=-1, the call waits until the high
+//!   watermark covers it.
 
 use std::sync::Arc;
 
 use proto_kafka::ResponseError;
-use sluice_protocol::record::codec::{assemble, encode_record, BatchFields, ProducerInfo};
-use sluice_protocol::record::{Compression, Record};
+use sluice_protocol::record::control::EndTxnMarker;
 
-use crate::broker::Broker;
+use crate::broker::{Broker, CONSUMER_OFFSETS_TOPIC};
+use crate::partition::Partition;
 
-/// A COMMIT or ABORT marker for one producer on some partitions.
+/// One marker to write: a transaction's result for some of its
+/// partitions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MarkerWrite {
     pub producer_id: i64,
     pub producer_epoch: i16,
+    /// Epoch of the transaction coordinator writing it (its
+    /// `__transaction_state` partition's leader epoch).
     pub coordinator_epoch: i32,
     pub commit: bool,
     pub partitions: Vec<(String, i32)>,
 }
 
-/// Attributes of a transactional control batch, uncompressed.
-const CONTROL_ATTRIBUTES: i16 = 0x10 | 0x20;
-
 impl Broker {
-    /// PLACEHOLDER (see the module docs): appends the marker to each
-    /// partition this node leads and answers per partition: `None` when
-    /// written, else Kafka's error. (The issue writes `ResponseError::None`,
-    /// which proto-kafka does not have: no error is `None` here.)
+    /// Appends the marker to each partition this node leads through the
+    /// partition layer (control batch; producer state completes the
+    /// transaction; the LSO moves; for `__consumer_offsets` partitions the
+    /// group coordinator applies or drops the pending offsets), and
+    /// answers per partition: `None` when written (the issue's
+    /// `ResponseError::None`, which proto-kafka does not have: it has no
+    /// variant for code 0) or Kafka's error (NOT_LEADER_OR_FOLLOWER,
+    /// UNKNOWN_TOPIC_OR_PARTITION, the storage's).
     pub(crate) async fn write_txn_markers(
         self: &Arc<Self>,
         write: MarkerWrite,
     ) -> Vec<((String, i32), Option<ResponseError>)> {
-        let me = Arc::clone(self);
-        crate::blocking::on_pool(move || {
-            write
-                .partitions
-                .iter()
-                .map(|(topic, p)| {
-                    let code = me.write_one_marker(&write, topic, *p);
-                    ((topic.clone(), *p), code)
-                })
-                .collect()
-        })
-        .await
+        let marker = EndTxnMarker {
+            commit: write.commit,
+            coordinator_epoch: write.coordinator_epoch,
+        };
+        let mut out = Vec::with_capacity(write.partitions.len());
+        // Appended partitions wait for the high watermark together.
+        let mut waits: Vec<(Arc<Partition>, i64)> = Vec::new();
+        for (topic, partition) in write.partitions {
+            let me = Arc::clone(self);
+            let t = topic.clone();
+            let (pid, epoch) = (write.producer_id, write.producer_epoch);
+            // Appends may roll or fsync: off the async workers.
+            let result = crate::blocking::on_pool(move || {
+                me.write_one_marker(&t, partition, pid, epoch, marker)
+            })
+            .await;
+            let code = match result {
+                Ok(Some((p, end))) => {
+                    waits.push((p, end));
+                    None
+                }
+                Ok(None) => None,
+                Err(code) => Some(code),
+            };
+            if let Some(code) = code {
+                tracing::debug!(
+                    topic, partition, producer_id = write.producer_id, commit = write.commit,
+                    error = ?code, "transaction marker not written"
+                );
+            }
+            out.push(((topic, partition), code));
+        }
+        for (p, end) in waits {
+            p.wait_replicated(end).await;
+        }
+        out
     }
 
-    fn write_one_marker(&self, w: &MarkerWrite, topic: &str, p: i32) -> Option<ResponseError> {
-        let Some(part) = self.partition(topic, p) else {
-            let known = self
-                .image()
-                .topic(topic)
-                .is_some_and(|t| t.partitions.contains_key(&p));
-            return Some(if known {
-                ResponseError::NotLeaderOrFollower
-            } else {
-                ResponseError::UnknownTopicOrPartition
-            });
+    /// Writes one marker; `Some((partition, end))` when the caller must
+    /// wait for the high watermark to reach `end`.
+    fn write_one_marker(
+        &self,
+        topic: &str,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: EndTxnMarker,
+    ) -> Result<Option<(Arc<Partition>, i64)>, ResponseError> {
+        let Some(part) = self.partition(topic, partition) else {
+            return Err(self.not_led_error(topic, partition));
         };
-        let now = crate::groups::now_ms();
-        let batch = match control_batch(w, now) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::error!(error = %e, "building a transaction marker failed");
-                return Some(ResponseError::UnknownServerError);
-            }
-        };
-        match part.append_for_coordinator(batch) {
-            Ok(_) => None,
-            Err(e) => Some(crate::handlers::errors::storage_error(&e).code),
+        if topic == CONSUMER_OFFSETS_TOPIC {
+            return self
+                .groups
+                .complete_txn(self, partition, producer_id, producer_epoch, marker)
+                .map(|()| None)
+                .map_err(|e| match e.code {
+                    ResponseError::CoordinatorNotAvailable
+                    | ResponseError::CoordinatorLoadInProgress
+                    | ResponseError::NotCoordinator => ResponseError::NotLeaderOrFollower,
+                    other => other,
+                });
+        }
+        match part.append_marker(producer_id, producer_epoch, marker) {
+            Ok(info) => Ok(Some((Arc::clone(&part), info.last_offset + 1))),
+            Err(e) => Err(crate::handlers::errors::storage_error(&e).code),
+        }
+    }
+
+    /// The error for a partition this node does not lead.
+    fn not_led_error(&self, topic: &str, partition: i32) -> ResponseError {
+        let image = self.image();
+        let replica = image
+            .topic(topic)
+            .and_then(|t| t.partitions.get(&partition))
+            .is_some_and(|p| p.replicas.contains(&self.node_id));
+        if replica {
+            ResponseError::NotLeaderOrFollower
+        } else {
+            ResponseError::UnknownTopicOrPartition
         }
     }
 }
 
-/// One control batch holding the end-transaction marker.
-fn control_batch(w: &MarkerWrite, now: i64) -> sluice_protocol::Result<Vec<u8>> {
-    let mut key = Vec::with_capacity(4);
-    key.extend_from_slice(&0i16.to_be_bytes());
-    key.extend_from_slice(&i16::from(w.commit).to_be_bytes());
-    let mut value = Vec::with_capacity(6);
-    value.extend_from_slice(&0i16.to_be_bytes());
-    value.extend_from_slice(&w.coordinator_epoch.to_be_bytes());
-    let mut payload = Vec::new();
-    encode_record(
-        &mut payload,
-        &Record::new(Some(key), Some(value), now),
-        0,
-        0,
-    );
-    let fields = BatchFields {
-        base_offset: 0,
-        partition_leader_epoch: -1,
-        attributes: CONTROL_ATTRIBUTES,
-        last_offset_delta: 0,
-        base_timestamp: now,
-        max_timestamp: now,
-        producer: ProducerInfo {
-            producer_id: w.producer_id,
-            producer_epoch: w.producer_epoch,
-            base_sequence: -1,
-        },
-        records_count: 1,
-    };
-    assemble(&fields, Compression::None, &payload)
-}
+#[cfg(test)]
+#[path = "txn_markers_tests.rs"]
+pub(crate) mod tests;

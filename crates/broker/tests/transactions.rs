@@ -5,9 +5,10 @@
 //! ListTransactions; a second InitProducerId fencing the first producer;
 //! CONCURRENT_TRANSACTIONS while a transaction's markers are pending.
 //!
-//! Markers are written by the txnrt branch's PLACEHOLDER write path
-//! (control batches through the partition layer); these tests read them
-//! with isolation level read_uncommitted only.
+//! Markers are written by `Broker::write_txn_markers` (control batches
+//! through the partition layer); these tests read them with isolation level
+//! read_uncommitted; read_committed is covered by the fetch handler's and
+//! the compat tests.
 
 use std::time::Duration;
 

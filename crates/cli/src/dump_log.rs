@@ -7,7 +7,10 @@
 //!   `--print-data-log` the keys and values as text; a torn tail is reported
 //!   as `Found N invalid bytes at the end of FILE`;
 //! - `.index`: `offset: N position: N`, checked against the `.log` beside it;
-//! - `.timeindex`: `timestamp: N offset: N`, checked against the `.log`.
+//! - `.timeindex`: `timestamp: N offset: N`, checked against the `.log`;
+//! - `.txnindex`: one line per aborted transaction (`version: … producerId:
+//!   … firstOffset: … lastOffset: … lastStableOffset: …`, Kafka's
+//!   `dumpTxnIndex`; 34-byte entries, a torn tail is ignored as Kafka does).
 //!
 //! Index files are decoded here (the storage crate keeps its index types
 //! private): `.index` entries are 8 bytes (relative offset u32, position u32),
@@ -27,6 +30,7 @@ use sluice_protocol::record::batch::{compute_crc, BatchHeader, BatchIter, HEADER
 use sluice_protocol::record::codec::{decode_batch, DecodedBatch};
 use sluice_protocol::record::TimestampType;
 use sluice_storage::segment::{INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use sluice_storage::txn_index::{ENTRY_SIZE as TXN_ENTRY, TXN_INDEX_SUFFIX};
 
 /// Kafka's default `--max-bytes` (Integer.MAX_VALUE): read the whole file.
 const DEFAULT_MAX_BYTES: u64 = i32::MAX as u64;
@@ -38,7 +42,7 @@ const TIME_ENTRY: usize = 12;
 /// Flags of `sluice dump-log`, named as in `kafka-dump-log.sh`.
 #[derive(Debug, clap::Args)]
 pub struct DumpLogArgs {
-    /// Segment files to dump: `.log`, `.index` or `.timeindex`.
+    /// Segment files to dump: `.log`, `.index`, `.timeindex` or `.txnindex`.
     #[arg(value_name = "FILE", required_unless_present = "files_list")]
     pub files: Vec<PathBuf>,
     /// Comma-separated files, as kafka-dump-log.sh takes them.
@@ -114,6 +118,7 @@ fn run_to(args: &DumpLogArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyho
             FileKind::Log => dump_log(path, base, opts, out, err)?,
             FileKind::Index => dump_index(path, base, args, out, err)?,
             FileKind::TimeIndex => dump_time_index(path, base, args, out, err)?,
+            FileKind::TxnIndex => dump_txn_index(path, out)?,
         }
         out.flush()?;
     }
@@ -125,6 +130,7 @@ enum FileKind {
     Log,
     Index,
     TimeIndex,
+    TxnIndex,
 }
 
 impl FileKind {
@@ -136,8 +142,9 @@ impl FileKind {
             s if s == LOG_SUFFIX => Ok(Self::Log),
             s if s == INDEX_SUFFIX => Ok(Self::Index),
             s if s == TIME_INDEX_SUFFIX => Ok(Self::TimeIndex),
+            s if s == TXN_INDEX_SUFFIX => Ok(Self::TxnIndex),
             _ => bail!(
-                "{}: unknown file type (expected a .log, .index or .timeindex file)",
+                "{}: unknown file type (expected a .log, .index, .timeindex or .txnindex file)",
                 path.display()
             ),
         }
@@ -539,6 +546,23 @@ fn dump_index(
     Ok(())
 }
 
+/// Kafka's `dumpTxnIndex`: every whole 34-byte entry of the file.
+fn dump_txn_index(path: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
+    let buf = read_file(path, u64::MAX)?;
+    for e in buf.chunks_exact(TXN_ENTRY) {
+        writeln!(
+            out,
+            "version: {} producerId: {} firstOffset: {} lastOffset: {} lastStableOffset: {}",
+            i16::from_be_bytes([e[0], e[1]]),
+            be_i64(&e[2..10]),
+            be_i64(&e[10..18]),
+            be_i64(&e[18..26]),
+            be_i64(&e[26..34])
+        )?;
+    }
+    Ok(())
+}
+
 fn dump_time_index(
     path: &Path,
     base: i64,
@@ -660,6 +684,35 @@ mod tests {
         assert_eq!(FileKind::of(p).ok(), Some(FileKind::TimeIndex));
         assert!(FileKind::of(Path::new("00000000000000000000.txt")).is_err());
         assert!(base_offset(Path::new("abc.log")).is_err());
+    }
+
+    #[test]
+    fn txn_index_entries_as_kafka_prints_them() {
+        use sluice_storage::txn_index::AbortedTxn;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("00000000000000000010.txnindex");
+        let mut bytes = Vec::new();
+        for (pid, first, last, lso) in [(7, 10, 14, 15), (9, 12, 20, 16)] {
+            bytes.extend_from_slice(
+                &AbortedTxn {
+                    producer_id: pid,
+                    first_offset: first,
+                    last_offset: last,
+                    last_stable_offset: lso,
+                }
+                .encode(),
+            );
+        }
+        bytes.extend_from_slice(&[0; 5]); // torn tail: ignored
+        std::fs::write(&path, &bytes).expect("write");
+        assert_eq!(FileKind::of(&path).ok(), Some(FileKind::TxnIndex));
+        let mut out = Vec::new();
+        dump_txn_index(&path, &mut out).expect("dump");
+        assert_eq!(
+            String::from_utf8(out).expect("utf8"),
+            "version: 0 producerId: 7 firstOffset: 10 lastOffset: 14 lastStableOffset: 15\n\
+             version: 0 producerId: 9 firstOffset: 12 lastOffset: 20 lastStableOffset: 16\n"
+        );
     }
 
     #[test]

@@ -283,6 +283,18 @@ impl OffsetIndex {
             .map(|(_, e)| e)
     }
 
+    /// The first entry at or after file position `position` (Kafka's
+    /// `fetchUpperBoundOffset`): its offset bounds what a read ending at
+    /// `position` returned.
+    pub(crate) fn first_at_or_after_position(&self, position: u64) -> Option<OffsetEntry> {
+        let target = i64::try_from(position).ok()?;
+        let next = match self.floor_by(target - 1, |e| i64::from(e.position)) {
+            Some((i, _)) => i + 1,
+            None => 0,
+        };
+        (next < self.len()).then(|| self.get(next))
+    }
+
     /// Entries must grow strictly in both offset and position.
     pub(crate) fn sane(&self, log_size: u64) -> bool {
         let n = self.len();

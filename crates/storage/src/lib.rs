@@ -27,6 +27,7 @@ pub mod manager;
 pub mod partition_metadata;
 pub mod producer;
 pub mod segment;
+pub mod txn_index;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{CleanupPolicy, LogConfig, TimestampType, TopicCompression};

@@ -21,6 +21,7 @@ use sluice_protocol::record::batch::{self, BatchHeader, HEADER_LEN};
 
 use crate::error::{bad_file, IoContext, Result, StorageError};
 use crate::index::{OffsetEntry, OffsetIndex, TimeEntry, TimeIndex};
+use crate::txn_index::{txn_index_path, TxnIndex, TXN_INDEX_SUFFIX};
 
 /// Suffixes of segment files.
 pub const LOG_SUFFIX: &str = ".log";
@@ -88,6 +89,11 @@ pub(crate) struct Segment {
     size: AtomicU64,
     pub(crate) offset_index: OffsetIndex,
     pub(crate) time_index: TimeIndex,
+    /// Aborted transactions whose ABORT marker is in this segment.
+    pub(crate) txn_index: TxnIndex,
+    /// Why the `.txnindex` file found at open cannot be trusted (the log
+    /// rebuilds it).
+    pub(crate) txn_index_problem: Option<String>,
     bytes_since_last_index: AtomicU64,
     max_timestamp: AtomicI64,
     offset_of_max_timestamp: AtomicI64,
@@ -134,7 +140,7 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Self> {
         let log_path = segment_path(dir, base_offset, LOG_SUFFIX, "");
-        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX] {
             let p = segment_path(dir, base_offset, suffix, "");
             match std::fs::remove_file(&p) {
                 Ok(()) => {}
@@ -212,6 +218,8 @@ impl Segment {
         let missing = !index_path.exists() || !time_path.exists();
         let (offset_index, reset_a) = open_or_reset::<OffsetEntry>(&index_path, prealloc)?;
         let (time_index, reset_b) = open_or_reset::<TimeEntry>(&time_path, prealloc)?;
+        let (txn_index, txn_index_problem) =
+            TxnIndex::open(txn_index_path(dir, base_offset, ""), base_offset)?;
         Ok(Self {
             base_offset,
             log_path: Mutex::new(log_path),
@@ -219,6 +227,8 @@ impl Segment {
             size: AtomicU64::new(size),
             offset_index,
             time_index,
+            txn_index,
+            txn_index_problem,
             bytes_since_last_index: AtomicU64::new(0),
             max_timestamp: AtomicI64::new(-1),
             offset_of_max_timestamp: AtomicI64::new(-1),
@@ -593,6 +603,7 @@ impl Segment {
         self.size.store(pos, Ordering::Release);
         self.file.set_len(pos).at_with(|| self.log_path())?;
         self.recover(index_interval)?;
+        self.txn_index.truncate_to(self.next_offset())?;
         Ok(before - pos)
     }
 
@@ -619,10 +630,11 @@ impl Segment {
     pub(crate) fn flush(&self) -> Result<()> {
         self.file.sync_data().at_with(|| self.log_path())?;
         self.offset_index.flush()?;
-        self.time_index.flush()
+        self.time_index.flush()?;
+        self.txn_index.flush()
     }
 
-    /// Renames all three files by appending `extra` (e.g. `.deleted`).
+    /// Renames all its files by appending `extra` (e.g. `.deleted`).
     pub(crate) fn add_suffix(&self, extra: &str) -> Result<()> {
         let mut lp = self.log_path.lock().unwrap_or_else(|p| p.into_inner());
         let to = PathBuf::from(format!("{}{extra}", lp.display()));
@@ -639,11 +651,15 @@ impl Segment {
             self.time_index
                 .rename(&PathBuf::from(format!("{}{extra}", p.display())))?;
         }
+        let p = self.txn_index.path();
+        self.txn_index
+            .rename(PathBuf::from(format!("{}{extra}", p.display())))?;
         Ok(())
     }
 
-    /// Unlinks all three files (readers holding the file keep reading).
+    /// Unlinks all its files (readers holding the file keep reading).
     pub(crate) fn delete_files(&self) -> Result<()> {
+        self.txn_index.delete()?;
         for p in [
             self.log_path(),
             self.offset_index.path(),

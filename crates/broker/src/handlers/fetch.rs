@@ -3,7 +3,10 @@
 //! `fetch.max.bytes` for consumers), always returning a whole first batch
 //! (KIP-74); long-poll until `min_bytes` are available or `max_wait_ms`
 //! passes, woken by appends rather than polling. Consumers read up to the
-//! high watermark, followers to the log end. A fetch naming a replica id
+//! high watermark (read_uncommitted) or the last stable offset
+//! (read_committed, with the aborted transactions that overlap the records
+//! returned, Kafka's `FetchIsolation.TXN_COMMITTED`), followers to the log
+//! end. Every partition answers its last stable offset. A fetch naming a replica id
 //! gets follower treatment only from a broker of the cluster that is a
 //! replica of the partition (`Broker::is_follower`); otherwise each
 //! partition answers Kafka's NOT_LEADER_OR_FOLLOWER (or a leader-epoch
@@ -27,8 +30,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use proto_kafka::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use proto_kafka::messages::{BrokerId, FetchRequest, FetchResponse, ResponseHeader, TopicName};
+use proto_kafka::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
+use proto_kafka::messages::{
+    BrokerId, FetchRequest, FetchResponse, ProducerId, ResponseHeader, TopicName,
+};
 use proto_kafka::protocol::{Encodable, SegmentedBuf, StrBytes};
 use proto_kafka::ResponseError;
 use sluice_controller::MetadataImage;
@@ -119,15 +126,19 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Res
             max_bytes = max_bytes.min(i64::from(cap));
         }
     }
+    // Kafka's `FetchIsolation.of`: followers read to the log end, whatever
+    // their isolation level.
+    let read_committed = !follower && req.isolation_level == READ_COMMITTED;
     let opts = ReadOptions {
         replica_id: claims_replica.then_some(replica_id),
         limit: if follower {
             ReadLimit::LogEnd
+        } else if read_committed {
+            ReadLimit::LastStable
         } else {
             ReadLimit::HighWatermark
         },
         max_bytes,
-        read_committed: req.isolation_level == READ_COMMITTED,
         version,
     };
     let min_bytes = i64::from(req.min_bytes.max(0));
@@ -240,7 +251,6 @@ struct ReadOptions {
     replica_id: Option<i32>,
     limit: ReadLimit,
     max_bytes: i64,
-    read_committed: bool,
     version: i16,
 }
 
@@ -339,7 +349,8 @@ fn read_partition(
     pd.last_stable_offset = -1;
     pd.log_start_offset = -1;
     pd.preferred_read_replica = BrokerId(-1);
-    pd.aborted_transactions = opts.read_committed.then(Vec::new);
+    // Null for read_uncommitted and errors (Kafka's empty Optional).
+    pd.aborted_transactions = None;
     pd.records = Some(Bytes::new());
     let mut region = None;
     let mut copy = None;
@@ -373,7 +384,17 @@ fn read_partition(
             match log.read(p.fetch_offset, max as u64, opts.limit, first) {
                 Ok(info) => {
                     pd.high_watermark = info.high_watermark;
-                    pd.last_stable_offset = info.high_watermark;
+                    pd.last_stable_offset = info.last_stable_offset;
+                    pd.aborted_transactions = info.aborted_transactions.map(|txns| {
+                        txns.iter()
+                            .map(|t| {
+                                let mut a = AbortedTransaction::default();
+                                a.producer_id = ProducerId(t.producer_id);
+                                a.first_offset = t.first_offset;
+                                a
+                            })
+                            .collect()
+                    });
                     if opts.version >= 5 {
                         pd.log_start_offset = info.log_start_offset;
                     }
@@ -396,7 +417,7 @@ fn read_partition(
                 Err(e) => {
                     pd.error_code = storage_error(&e).code.code();
                     pd.high_watermark = log.high_watermark();
-                    pd.last_stable_offset = log.high_watermark();
+                    pd.last_stable_offset = log.last_stable_offset();
                     if opts.version >= 5 {
                         pd.log_start_offset = log.log_start_offset();
                     }
@@ -563,3 +584,7 @@ mod tests {
         assert_eq!(not_a_follower(9, 3), ResponseError::UnknownLeaderEpoch);
     }
 }
+
+#[cfg(test)]
+#[path = "fetch_txn_tests.rs"]
+mod txn_tests;

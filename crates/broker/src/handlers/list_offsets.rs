@@ -1,8 +1,9 @@
 //! ListOffsets (key 2), v1-10 as Kafka 4 serves them (v0 was removed in
 //! Kafka 4.0, KIP-896). Per partition, the offset for a target timestamp:
-//! - `-1` latest: what the requester may read (the high watermark for
-//!   consumers, which is also the last stable offset here as there are no
-//!   transactions; the log end for followers and the debugging replica);
+//! - `-1` latest: what the requester may read: for consumers the last
+//!   stable offset under read_committed (`isolation_level` 1, v2+) and the
+//!   high watermark under read_uncommitted; the log end for followers and
+//!   the debugging replica (Kafka's `Partition.fetchOffsetForTimestamp`);
 //! - `-2` earliest and (v8+, KIP-405) `-4` earliest-local: the log start
 //!   offset (without tiered storage the local log is the whole log, as
 //!   Kafka's `UnifiedLog.fetchOffsetByTimestamp` answers when remote storage
@@ -15,7 +16,8 @@
 //! Any other negative target, or one newer than the request version, is
 //! UNSUPPORTED_VERSION for that partition; a partition named twice is
 //! INVALID_REQUEST (Kafka's `ReplicaManager.fetchOffset`). A lookup that
-//! lands at or past what the requester may read answers offset -1. v4+
+//! lands at or past what the requester may read (the same bound as
+//! latest) answers offset -1. v4+
 //! carry leader epochs: the request's `current_leader_epoch` is checked
 //! (older: FENCED_LEADER_EPOCH, newer: UNKNOWN_LEADER_EPOCH) and answers
 //! carry the epoch of the returned offset. v10's `timeout_ms` bounds reads
@@ -63,6 +65,20 @@ fn min_version(target: i64) -> Option<i16> {
     }
 }
 
+/// `IsolationLevel.READ_COMMITTED`.
+const READ_COMMITTED: i8 = 1;
+
+/// What the requester may read (Kafka's `lastFetchableOffset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    /// Followers and the debugging replica.
+    LogEnd,
+    /// Consumers, read_uncommitted.
+    HighWatermark,
+    /// Consumers, read_committed.
+    LastStable,
+}
+
 /// What a lookup found: offset, timestamp, leader epoch.
 struct Found {
     offset: i64,
@@ -76,6 +92,8 @@ pub(crate) fn handle(
     ctx: &Ctx,
 ) -> ListOffsetsResponse {
     let client = req.replica_id.0 == CONSUMER_REPLICA_ID;
+    // Kafka reads the isolation level only from consumers (v2+).
+    let read_committed = client && ctx.version >= 2 && req.isolation_level == READ_COMMITTED;
     let image = broker.image();
     // Partitions named more than once anywhere in the request.
     let mut seen = HashSet::new();
@@ -118,7 +136,14 @@ pub(crate) fn handle(
                         } else {
                             NO_EPOCH
                         };
-                        lookup(&log, state, current, p.timestamp, client)
+                        let bound = if !client {
+                            Bound::LogEnd
+                        } else if read_committed {
+                            Bound::LastStable
+                        } else {
+                            Bound::HighWatermark
+                        };
+                        lookup(&log, state, current, p.timestamp, bound)
                     }
                     _ => Err(ResponseError::UnknownTopicOrPartition),
                 }
@@ -157,18 +182,16 @@ fn lookup(
     state: &PartitionImage,
     current_epoch: i32,
     target: i64,
-    client: bool,
+    bound: Bound,
 ) -> Result<Option<Found>, ResponseError> {
     if log.is_offline() {
         return Err(ResponseError::KafkaStorageError);
     }
     check_current_epoch(current_epoch, state.leader_epoch)?;
-    // What the requester may read: consumers up to the high watermark
-    // (= last stable offset: no transactions), replicas to the log end.
-    let last_fetchable = if client {
-        log.high_watermark()
-    } else {
-        log.log_end_offset()
+    let last_fetchable = match bound {
+        Bound::LogEnd => log.log_end_offset(),
+        Bound::HighWatermark => log.high_watermark(),
+        Bound::LastStable => log.last_stable_offset(),
     };
     let epochs = log.leader_epochs();
     let spec = match target {
@@ -461,5 +484,59 @@ mod tests {
         assert_eq!(ask(10, -1), NONE);
         // v1-3 carry no epoch: nothing to check.
         assert_eq!(ask(3, -1), NONE);
+    }
+
+    /// Under read_committed (v2+) latest is the last stable offset, and a
+    /// lookup past it answers -1; read_uncommitted and replicas are
+    /// unchanged; v1 has no isolation level.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn read_committed_latest_is_the_last_stable_offset() {
+        use crate::txn_markers::tests::{produce_txn, write};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(dir.path(), &[]);
+        broker.create_topic("t", 1, 1, &[], false).expect("create");
+        append(&broker, "t", 0, &[1000, 2000]); // 0-1
+        broker
+            .partition("t", 0)
+            .expect("partition")
+            .maybe_advance_high_watermark();
+        produce_txn(&broker, "t", 0, (7, 0, 0), 2); // 2-3, open
+        let ask = |version: i16, replica: i32, ts: i64, isolation: i8| {
+            let mut r = request(replica, vec![topic("t", &[(0, ts, -1)])]);
+            r.isolation_level = isolation;
+            rows(&call(&broker, version, r))[0].1[0]
+        };
+        let e = |v: i16| if v >= 4 { 0 } else { -1 };
+        for v in 2..=VERSIONS.1 {
+            assert_eq!(
+                ask(v, -1, LATEST, READ_COMMITTED),
+                (0, NONE, -1, 2, e(v)),
+                "v{v}"
+            );
+            assert_eq!(ask(v, -1, LATEST, 0), (0, NONE, -1, 4, e(v)), "v{v}");
+            assert_eq!(
+                ask(v, 1, LATEST, READ_COMMITTED),
+                (0, NONE, -1, 4, e(v)),
+                "v{v}"
+            );
+            // The transaction's records (timestamp now) lie past the LSO.
+            assert_eq!(
+                ask(v, -1, 3000, READ_COMMITTED),
+                (0, NONE, -1, -1, -1),
+                "v{v}"
+            );
+            assert_eq!(
+                ask(v, -1, 1500, READ_COMMITTED),
+                (0, NONE, 2000, 1, e(v)),
+                "v{v}"
+            );
+        }
+        // v1 carries no isolation level: the high watermark.
+        assert_eq!(ask(1, -1, LATEST, 0), (0, NONE, -1, 4, -1));
+        broker
+            .write_txn_markers(write(7, 0, 0, false, &[("t", 0)]))
+            .await;
+        assert_eq!(ask(10, -1, LATEST, READ_COMMITTED), (0, NONE, -1, 5, 0));
+        broker.shutdown().expect("shutdown");
     }
 }

@@ -40,6 +40,8 @@ mod offset_for_leader_epoch;
 mod produce;
 mod sasl_handshake;
 mod sync_group;
+mod txn_offset_commit;
+mod write_txn_markers;
 
 use std::sync::Arc;
 
@@ -145,6 +147,8 @@ apis! {
     EndTxn => end_txn, EndTxnRequest, async;
     DescribeTransactions => describe_transactions, DescribeTransactionsRequest, inline;
     ListTransactions => list_transactions, ListTransactionsRequest, inline;
+    WriteTxnMarkers => write_txn_markers, WriteTxnMarkersRequest, async;
+    TxnOffsetCommit => txn_offset_commit, TxnOffsetCommitRequest, inline;
 }
 
 /// What a handler answers.

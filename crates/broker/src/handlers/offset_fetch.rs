@@ -11,8 +11,11 @@
 //!   replayed, coordinator errors when the partition is unavailable. v1 has
 //!   no error field for the group, so (as Kafka) the error goes into every
 //!   requested partition; v2-v7 put it at the top level, v8+ per group;
-//! - `require_stable` (v7+): there are no transactional offsets yet, so no
-//!   offset is ever pending and UNSTABLE_OFFSET_COMMIT never applies;
+//! - `require_stable` (v7+, Kafka's `OffsetMetadataManager.fetchOffsets`):
+//!   a partition with a pending transactional commit (TxnOffsetCommit
+//!   whose marker is not written yet) answers UNSTABLE_OFFSET_COMMIT with
+//!   offset -1, leader epoch -1 and metadata "" (the consumer retries);
+//!   without it the last committed offset is answered;
 //! - `member_id` / `member_epoch` (v9) only concern KIP-848 consumer
 //!   groups; classic groups ignore them, as Kafka does.
 //!
@@ -52,7 +55,7 @@ pub(crate) fn handle(
                     .collect::<Vec<_>>()
             });
             let mut rg = OffsetFetchResponseGroup::default();
-            match fetch(broker, &g.group_id.0, topics.as_deref()) {
+            match fetch(broker, &g.group_id.0, topics.as_deref(), req.require_stable) {
                 Ok(fetched) => rg.topics = fetched.into_iter().map(topics_v8).collect(),
                 Err(code) => rg.error_code = code,
             }
@@ -69,7 +72,8 @@ pub(crate) fn handle(
             })
             .collect::<Vec<_>>()
     });
-    match fetch(broker, &req.group_id.0, topics.as_deref()) {
+    let require_stable = ctx.version >= 7 && req.require_stable;
+    match fetch(broker, &req.group_id.0, topics.as_deref(), require_stable) {
         Ok(fetched) => {
             resp.topics = fetched
                 .into_iter()
@@ -93,6 +97,7 @@ pub(crate) fn handle(
                                 offset: -1,
                                 leader_epoch: -1,
                                 metadata: String::new(),
+                                unstable: false,
                             })
                             .collect(),
                     };
@@ -110,6 +115,7 @@ fn fetch(
     broker: &Broker,
     group: &str,
     topics: Option<&[TopicPartitions]>,
+    require_stable: bool,
 ) -> Result<Vec<FetchedTopic>, i16> {
     if group.is_empty() {
         return Err(ResponseError::InvalidGroupId.code());
@@ -122,7 +128,7 @@ fn fetch(
     if shard.groups.is_loading() {
         return Err(ResponseError::CoordinatorLoadInProgress.code());
     }
-    Ok(shard.offsets.fetch(group, topics))
+    Ok(shard.offsets.fetch_stable(group, topics, require_stable))
 }
 
 fn topic_v1(t: FetchedTopic, version: i16, error_code: i16) -> OffsetFetchResponseTopic {
@@ -139,7 +145,11 @@ fn topic_v1(t: FetchedTopic, version: i16, error_code: i16) -> OffsetFetchRespon
                 rp.committed_leader_epoch = p.leader_epoch;
             }
             rp.metadata = Some(StrBytes::from_string(p.metadata));
-            rp.error_code = error_code;
+            rp.error_code = if p.unstable {
+                ResponseError::UnstableOffsetCommit.code()
+            } else {
+                error_code
+            };
             rp
         })
         .collect();
@@ -158,6 +168,9 @@ fn topics_v8(t: FetchedTopic) -> OffsetFetchResponseTopics {
             rp.committed_offset = p.offset;
             rp.committed_leader_epoch = p.leader_epoch;
             rp.metadata = Some(StrBytes::from_string(p.metadata));
+            if p.unstable {
+                rp.error_code = ResponseError::UnstableOffsetCommit.code();
+            }
             rp
         })
         .collect();

@@ -217,6 +217,57 @@ impl GroupCoordinator {
         generation_id: i32,
         request_version: i16,
     ) -> Result<(), GroupError> {
+        let missing = if request_version >= 9 {
+            GroupError::GroupIdNotFound
+        } else {
+            GroupError::IllegalGeneration
+        };
+        self.validate_commit(
+            now_ms,
+            group_id,
+            member_id,
+            group_instance_id,
+            generation_id,
+            false,
+            missing,
+        )
+    }
+
+    /// Kafka's `validateTransactionalOffsetCommit` for a classic group
+    /// (TxnOffsetCommit; v0-v2 carry no member, generation -1): as
+    /// OffsetCommit, but a request without member is accepted whatever
+    /// the group's state, a rebalance does not refuse it, and a missing
+    /// group with a generation is ILLEGAL_GENERATION.
+    pub fn validate_txn_offset_commit(
+        &mut self,
+        now_ms: i64,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> Result<(), GroupError> {
+        self.validate_commit(
+            now_ms,
+            group_id,
+            member_id,
+            group_instance_id,
+            generation_id,
+            true,
+            GroupError::IllegalGeneration,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn validate_commit(
+        &mut self,
+        now_ms: i64,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+        transactional: bool,
+        missing: GroupError,
+    ) -> Result<(), GroupError> {
         if self.loading {
             return Err(GroupError::CoordinatorLoadInProgress);
         }
@@ -228,11 +279,7 @@ impl GroupCoordinator {
                 self.ensure_simple_group(now_ms, group_id);
                 return Ok(());
             }
-            return Err(if request_version >= 9 {
-                GroupError::GroupIdNotFound
-            } else {
-                GroupError::IllegalGeneration
-            });
+            return Err(missing);
         };
         if g.is(GroupState::Dead) {
             return Err(GroupError::CoordinatorNotAvailable);
@@ -245,10 +292,10 @@ impl GroupCoordinator {
             if generation_id != g.generation {
                 return Err(GroupError::IllegalGeneration);
             }
-        } else if !g.is(GroupState::Empty) {
+        } else if !transactional && !g.is(GroupState::Empty) {
             return Err(GroupError::UnknownMemberId);
         }
-        if g.is(GroupState::CompletingRebalance) {
+        if !transactional && g.is(GroupState::CompletingRebalance) {
             return Err(GroupError::RebalanceInProgress);
         }
         Ok(())

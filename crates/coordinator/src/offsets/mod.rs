@@ -5,7 +5,8 @@
 //! - [`store`]: the committed-offsets state machine of one coordinator
 //!   partition: commit / fetch / delete / expire return records to append;
 //!   offsets become visible when the appended records are applied;
-//!   replay rebuilds the state from the topic.
+//!   replay rebuilds the state from the topic. Transactional commits stay
+//!   pending until their producer's marker (`pending.rs`).
 //! - [`partition`]: which `__consumer_offsets` partition coordinates a
 //!   group (Kafka's hash).
 //!
@@ -13,6 +14,7 @@
 //! and feeds them back.
 
 pub mod partition;
+mod pending;
 pub mod schema;
 pub mod store;
 pub(crate) mod wire;
@@ -24,5 +26,6 @@ pub use schema::{
 };
 pub use store::{
     CommittedOffset, ExpireOutcome, ExpiryBase, FetchedPartition, FetchedTopic, OffsetConfig,
-    OffsetStore, Outcome, PartitionCommit, PartitionResult, Replayed, TopicPartitions,
+    OffsetStore, Outcome, PartitionCommit, PartitionResult, Replayed, TopicOffsets,
+    TopicPartitions,
 };

@@ -1,6 +1,7 @@
 //! Committed offsets of the groups coordinated by one `__consumer_offsets`
-//! partition, as a sans-IO state machine (Kafka's `OffsetMetadataManager`
-//! without transactional offsets).
+//! partition, as a sans-IO state machine (Kafka's `OffsetMetadataManager`).
+//! Offsets committed inside a transaction (TxnOffsetCommit) stay pending
+//! until the transaction's marker is replayed (see `pending.rs`).
 //!
 //! Every mutating request is split in two steps so that a commit is
 //! acknowledged only after it is in the log:
@@ -72,16 +73,21 @@ pub struct CommittedOffset {
     pub commit_timestamp_ms: i64,
     /// Only for commits that carried a retention time (value version 1).
     pub expire_timestamp_ms: Option<i64>,
+    /// Offset of the record in `__consumer_offsets` (-1 when unknown):
+    /// a transactional commit only replaces a later-written offset
+    /// (Kafka's `recordOffset`).
+    pub record_offset: i64,
 }
 
 impl CommittedOffset {
-    fn from_value(v: OffsetCommitValue) -> Self {
+    pub(super) fn from_value(v: OffsetCommitValue, record_offset: i64) -> Self {
         Self {
             offset: v.offset,
             leader_epoch: (v.leader_epoch >= 0).then_some(v.leader_epoch),
             metadata: v.metadata,
             commit_timestamp_ms: v.commit_timestamp,
             expire_timestamp_ms: (v.expire_timestamp != -1).then_some(v.expire_timestamp),
+            record_offset,
         }
     }
 
@@ -137,6 +143,10 @@ pub struct FetchedPartition {
     pub offset: i64,
     pub leader_epoch: i32,
     pub metadata: String,
+    /// A transactional commit for this partition is pending and the
+    /// request asked for stable offsets (`require_stable`): Kafka answers
+    /// UNSTABLE_OFFSET_COMMIT with offset -1.
+    pub unstable: bool,
 }
 
 /// One topic of an OffsetFetch response.
@@ -192,21 +202,29 @@ pub enum Replayed {
     Skipped(i16),
 }
 
-type TopicOffsets = BTreeMap<String, BTreeMap<i32, CommittedOffset>>;
+/// topic -> partition -> offset.
+pub type TopicOffsets = BTreeMap<String, BTreeMap<i32, CommittedOffset>>;
 
 /// Committed offsets of every group of one coordinator partition.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct OffsetStore {
     config: OffsetConfig,
     /// group -> topic -> partition -> offset
-    groups: BTreeMap<String, TopicOffsets>,
+    pub(super) groups: BTreeMap<String, TopicOffsets>,
+    /// Transactional commits not yet decided: producer id -> group ->
+    /// topic -> partition -> offset (Kafka's
+    /// `pendingTransactionalOffsets`).
+    pub(super) pending: BTreeMap<i64, BTreeMap<String, TopicOffsets>>,
+    /// group -> producer ids with pending commits for it (Kafka's
+    /// `openTransactionsByGroup`).
+    pub(super) open_txns: BTreeMap<String, std::collections::BTreeSet<i64>>,
 }
 
 impl OffsetStore {
     pub fn new(config: OffsetConfig) -> Self {
         Self {
             config,
-            groups: BTreeMap::new(),
+            ..Self::default()
         }
     }
 
@@ -255,7 +273,8 @@ impl OffsetStore {
         out
     }
 
-    /// Applies records this store produced, after they were appended.
+    /// Applies records this store produced, after they were appended
+    /// (record offsets unknown; see [`Self::apply_at`]).
     pub fn apply(&mut self, records: &[Record]) -> Result<(), CoordinatorError> {
         for r in records {
             self.replay(&r.key, r.value.as_deref())?;
@@ -263,28 +282,68 @@ impl OffsetStore {
         Ok(())
     }
 
-    /// Replays one record of `__consumer_offsets` (load at start, or
-    /// [`Self::apply`]). Offset records update the store; group metadata
-    /// is decoded and handed back.
+    /// Applies records this store produced once they were appended from
+    /// log offset `first_offset` on, one record per offset, in a batch of
+    /// `producer_id` (-1 outside a transaction: commits of a transaction
+    /// stay pending until its marker).
+    pub fn apply_at(
+        &mut self,
+        first_offset: i64,
+        producer_id: i64,
+        records: &[Record],
+    ) -> Result<(), CoordinatorError> {
+        for (i, r) in records.iter().enumerate() {
+            self.replay_at(
+                first_offset + i as i64,
+                producer_id,
+                &r.key,
+                r.value.as_deref(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Replays one record outside a transaction with an unknown record
+    /// offset (tests, tools); see [`Self::replay_at`].
     pub fn replay(
         &mut self,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<Replayed, CoordinatorError> {
+        self.replay_at(-1, -1, key, value)
+    }
+
+    /// Replays one record of `__consumer_offsets` at log offset
+    /// `record_offset` from a batch of `producer_id` (load at start, or
+    /// [`Self::apply_at`]), as Kafka's `OffsetMetadataManager.replay`:
+    /// an offset commit is stored, or kept pending for its producer's
+    /// transaction when `producer_id` ≥ 0; a tombstone removes the offset
+    /// and the group's pending ones for that partition. Group metadata is
+    /// decoded and handed back.
+    pub fn replay_at(
+        &mut self,
+        record_offset: i64,
+        producer_id: i64,
         key: &[u8],
         value: Option<&[u8]>,
     ) -> Result<Replayed, CoordinatorError> {
         match RecordKey::decode(key)? {
             RecordKey::OffsetCommit(k) => match value {
                 Some(bytes) => {
-                    let v = CommittedOffset::from_value(OffsetCommitValue::decode(bytes)?);
-                    self.groups
-                        .entry(k.group.clone())
-                        .or_default()
-                        .entry(k.topic.clone())
-                        .or_default()
-                        .insert(k.partition, v);
+                    let v = CommittedOffset::from_value(
+                        OffsetCommitValue::decode(bytes)?,
+                        record_offset,
+                    );
+                    if producer_id >= 0 {
+                        self.add_pending(producer_id, &k, v);
+                    } else {
+                        insert(&mut self.groups, &k, v);
+                    }
                     Ok(Replayed::OffsetCommitted(k))
                 }
                 None => {
                     self.remove(&k);
+                    self.remove_pending_of_group(&k);
                     Ok(Replayed::OffsetDeleted(k))
                 }
             },
@@ -297,18 +356,7 @@ impl OffsetStore {
     }
 
     fn remove(&mut self, k: &OffsetCommitKey) {
-        let Some(topics) = self.groups.get_mut(&k.group) else {
-            return;
-        };
-        if let Some(parts) = topics.get_mut(&k.topic) {
-            parts.remove(&k.partition);
-            if parts.is_empty() {
-                topics.remove(&k.topic);
-            }
-        }
-        if topics.is_empty() {
-            self.groups.remove(&k.group);
-        }
+        remove(&mut self.groups, k);
     }
 
     /// The committed offset of one partition, if any.
@@ -321,7 +369,29 @@ impl OffsetStore {
     /// for an unknown group); with `None`, every committed offset of the
     /// group, topics and partitions in ascending order.
     pub fn fetch(&self, group: &str, topics: Option<&[TopicPartitions]>) -> Vec<FetchedTopic> {
+        self.fetch_stable(group, topics, false)
+    }
+
+    /// [`Self::fetch`] for OffsetFetch v7+: with `require_stable`, a
+    /// partition with a pending transactional commit answers
+    /// `unstable` with offset -1 (Kafka's UNSTABLE_OFFSET_COMMIT).
+    pub fn fetch_stable(
+        &self,
+        group: &str,
+        topics: Option<&[TopicPartitions]>,
+        require_stable: bool,
+    ) -> Vec<FetchedTopic> {
         let offsets = self.groups.get(group);
+        let answer = |topic: &str, p: i32, o: Option<&CommittedOffset>| {
+            if require_stable && self.has_pending(group, topic, p) {
+                FetchedPartition {
+                    unstable: true,
+                    ..fetched(p, None)
+                }
+            } else {
+                fetched(p, o)
+            }
+        };
         match topics {
             Some(topics) => topics
                 .iter()
@@ -332,7 +402,7 @@ impl OffsetStore {
                         partitions: t
                             .partitions
                             .iter()
-                            .map(|p| fetched(*p, stored.and_then(|s| s.get(p))))
+                            .map(|p| answer(&t.topic, *p, stored.and_then(|s| s.get(p))))
                             .collect(),
                     }
                 })
@@ -342,7 +412,10 @@ impl OffsetStore {
                 .flatten()
                 .map(|(topic, parts)| FetchedTopic {
                     topic: topic.clone(),
-                    partitions: parts.iter().map(|(p, o)| fetched(*p, Some(o))).collect(),
+                    partitions: parts
+                        .iter()
+                        .map(|(p, o)| answer(topic, *p, Some(o)))
+                        .collect(),
                 })
                 .collect(),
         }
@@ -366,7 +439,10 @@ impl OffsetStore {
                     Err(CoordinatorError::GroupSubscribedToTopic {
                         topic: t.topic.clone(),
                     })
-                } else if self.offset(group, &t.topic, partition).is_some() {
+                } else if self.offset(group, &t.topic, partition).is_some()
+                    || self.has_pending(group, &t.topic, partition)
+                {
+                    // A pending transactional commit gets a tombstone too.
                     Record::offset_commit_tombstone(&offset_key(group, &t.topic, partition))
                         .map(|r| out.records.push(r))
                 } else {
@@ -385,7 +461,13 @@ impl OffsetStore {
     /// DeleteGroups: tombstones for every offset of the group (the group
     /// metadata tombstone comes from the group state machine).
     pub fn delete_all_offsets(&self, group: &str) -> Result<Vec<Record>, CoordinatorError> {
-        self.partitions_of(group)
+        // Partitions with only a pending transactional commit get one too
+        // (one tombstone per partition).
+        let mut partitions: std::collections::BTreeSet<(&str, i32)> =
+            self.partitions_of(group).collect();
+        partitions.extend(self.pending_partitions_of(group));
+        partitions
+            .into_iter()
             .map(|(topic, partition)| {
                 Record::offset_commit_tombstone(&offset_key(group, topic, partition))
             })
@@ -426,7 +508,10 @@ impl OffsetStore {
                     ExpiryBase::EmptySince(Some(ts)) => ts,
                     ExpiryBase::EmptySince(None) | ExpiryBase::LastCommit => o.commit_timestamp_ms,
                 };
-                if o.is_expired(base_ms, now_ms, self.config.retention_ms) {
+                // Not while a transactional commit for it is pending.
+                if o.is_expired(base_ms, now_ms, self.config.retention_ms)
+                    && !self.has_pending(group, topic, partition)
+                {
                     tracing::debug!(group, topic, partition, "offset expired");
                     out.records
                         .push(Record::offset_commit_tombstone(&offset_key(
@@ -437,16 +522,25 @@ impl OffsetStore {
                 }
             }
         }
+        // A group with open transactions is never left for deletion.
+        out.all_expired &= !self.open_txns.contains_key(group);
         Ok(out)
     }
 
-    /// Groups that have at least one committed offset, ascending.
+    /// Groups that have at least one committed or pending offset,
+    /// ascending.
     pub fn groups(&self) -> impl Iterator<Item = &str> + '_ {
-        self.groups.keys().map(String::as_str)
+        let all: std::collections::BTreeSet<&str> = self
+            .groups
+            .keys()
+            .chain(self.open_txns.keys())
+            .map(String::as_str)
+            .collect();
+        all.into_iter()
     }
 
     pub fn has_offsets(&self, group: &str) -> bool {
-        self.groups.contains_key(group)
+        self.groups.contains_key(group) || self.open_txns.contains_key(group)
     }
 
     /// Number of committed offsets across all groups.
@@ -471,7 +565,38 @@ impl OffsetStore {
     }
 }
 
-fn offset_key(group: &str, topic: &str, partition: i32) -> OffsetCommitKey {
+/// Stores `v` under `k` in a group -> topic -> partition map.
+pub(super) fn insert(
+    groups: &mut BTreeMap<String, TopicOffsets>,
+    k: &OffsetCommitKey,
+    v: CommittedOffset,
+) {
+    groups
+        .entry(k.group.clone())
+        .or_default()
+        .entry(k.topic.clone())
+        .or_default()
+        .insert(k.partition, v);
+}
+
+/// Removes `k` from a group -> topic -> partition map, dropping emptied
+/// levels.
+pub(super) fn remove(groups: &mut BTreeMap<String, TopicOffsets>, k: &OffsetCommitKey) {
+    let Some(topics) = groups.get_mut(&k.group) else {
+        return;
+    };
+    if let Some(parts) = topics.get_mut(&k.topic) {
+        parts.remove(&k.partition);
+        if parts.is_empty() {
+            topics.remove(&k.topic);
+        }
+    }
+    if topics.is_empty() {
+        groups.remove(&k.group);
+    }
+}
+
+pub(super) fn offset_key(group: &str, topic: &str, partition: i32) -> OffsetCommitKey {
     OffsetCommitKey {
         group: group.to_owned(),
         topic: topic.to_owned(),
@@ -479,23 +604,28 @@ fn offset_key(group: &str, topic: &str, partition: i32) -> OffsetCommitKey {
     }
 }
 
-fn fetched(partition: i32, o: Option<&CommittedOffset>) -> FetchedPartition {
+pub(super) fn fetched(partition: i32, o: Option<&CommittedOffset>) -> FetchedPartition {
     match o {
         Some(o) => FetchedPartition {
             partition,
             offset: o.offset,
             leader_epoch: o.leader_epoch.unwrap_or(-1),
             metadata: o.metadata.clone(),
+            unstable: false,
         },
         None => FetchedPartition {
             partition,
             offset: -1,
             leader_epoch: -1,
             metadata: String::new(),
+            unstable: false,
         },
     }
 }
 
+#[cfg(test)]
+#[path = "pending_tests.rs"]
+mod pending_tests;
 #[cfg(test)]
 #[path = "store_tests.rs"]
 mod tests;

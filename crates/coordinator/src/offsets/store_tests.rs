@@ -50,6 +50,7 @@ fn commit_is_invisible_until_applied() {
             metadata: "meta".into(),
             commit_timestamp_ms: 1000,
             expire_timestamp_ms: None,
+            record_offset: -1,
         })
     );
 }

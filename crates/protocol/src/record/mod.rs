@@ -6,6 +6,7 @@
 //! - [`codec`]: individual records inside a batch (varint layout), decoding for
 //!   the few paths that need keys or exact timestamps (compaction, lookup by
 //!   timestamp) and building new batches (compaction output, tests, clients).
+//! - [`control`]: control records (COMMIT/ABORT transaction markers).
 //! - [`compression`]: gzip, snappy (raw and xerial framing), lz4 (frame) and
 //!   zstd, selected by the low three attribute bits as in Kafka, and a
 //!   streaming decompressor with an output limit.
@@ -15,6 +16,7 @@
 pub mod batch;
 pub mod codec;
 pub mod compression;
+pub mod control;
 pub mod walk;
 
 pub use batch::{BatchHeader, BatchIter, TimestampType};

@@ -4,17 +4,23 @@
 //! 1. Pick the cleanable range: from the first dirty offset (the end of the
 //!    previous clean, kept in `cleaner-offset-checkpoint`) to the first
 //!    uncleanable offset — the active segment, a segment younger than
-//!    `min.compaction.lag.ms`, or one reaching past the high watermark.
+//!    `min.compaction.lag.ms`, or one reaching past the last stable offset
+//!    (never an undecided transaction).
 //!    Clean only when dirty bytes / all cleanable bytes exceed
 //!    `min.cleanable.dirty.ratio`, or when a dirty segment's first batch is
 //!    older than `max.compaction.lag.ms` (Kafka's `LogCleanerManager`:
 //!    such a log is cleaned whatever its ratio).
-//! 2. Build an offset map: the latest offset of every key in the dirty range.
+//! 2. Build an offset map: the latest offset of every key in the dirty
+//!    range, leaving out batches of aborted transactions.
 //! 3. Rewrite the segments from the log start to the end of the range in
 //!    groups that fit one segment, keeping a record only when no later record
 //!    has its key; tombstones go once older than `delete.retention.ms`.
 //!    Original offsets are kept; batches that lose records are rebuilt with
-//!    the same codec; untouched batches are copied byte for byte.
+//!    the same codec; untouched batches are copied byte for byte. Batches
+//!    of aborted transactions go; transaction markers go in two passes
+//!    once no data of their transaction is left (see [`txn`]), and the
+//!    cleaned segment gets the transaction index entries of the ABORT
+//!    markers it keeps.
 //! 4. Swap each group in atomically (see [`rewrite`]).
 //!
 //! A batch the cleaner cannot read (CRC mismatch, records that do not
@@ -26,6 +32,7 @@
 //! group uncleaned. Data the cleaner cannot read is never dropped.
 
 mod rewrite;
+mod txn;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -92,6 +99,13 @@ pub struct CleanStats {
     pub records_read: u64,
     pub records_removed: u64,
     pub tombstones_removed: u64,
+    /// Records of aborted transactions removed.
+    pub aborted_records_removed: u64,
+    /// Transaction markers given a delete horizon (removable by a clean
+    /// after it).
+    pub markers_stamped: u64,
+    /// Transaction markers removed.
+    pub markers_removed: u64,
     pub segments_before: usize,
     pub segments_after: usize,
     /// Batches kept as they were because they could not be read.
@@ -120,7 +134,9 @@ pub fn cleanable(log: &Log, first_dirty: i64) -> Option<Cleanable> {
         return None;
     }
     let now = log.now_ms();
-    let hw = log.high_watermark();
+    // Kafka's firstUncleanableDirtyOffset: never past the last stable
+    // offset (an open transaction may still abort).
+    let lso = log.last_stable_offset();
     let start = log.log_start_offset();
     let first_dirty = first_dirty.max(start);
     let segs: Vec<Arc<Segment>> = log.read_segments().values().cloned().collect();
@@ -128,7 +144,7 @@ pub fn cleanable(log: &Log, first_dirty: i64) -> Option<Cleanable> {
     for (i, s) in segs.iter().enumerate() {
         let active = i + 1 == segs.len();
         let too_young = now - s.largest_timestamp() < config.min_compaction_lag_ms;
-        if active || too_young || s.next_offset() > hw {
+        if active || too_young || s.next_offset() > lso {
             end = Some(s.base_offset);
             break;
         }
@@ -196,9 +212,10 @@ pub fn clean(log: &Log, first_dirty: i64, config: &CleanerConfig) -> Result<Opti
     let Some(range) = cleanable(log, first_dirty) else {
         return Ok(None);
     };
+    let round_upper = range.end;
     let (map, end) = build_offset_map(log, &range, config.dedupe_buffer_bytes)?;
     let range = Cleanable { end, ..range };
-    rewrite::clean_segments(log, &range, &map, config).map(Some)
+    rewrite::clean_segments(log, &range, round_upper, &map, config).map(Some)
 }
 
 /// Latest offset per key over the dirty range. When the map would outgrow
@@ -217,6 +234,8 @@ fn build_offset_map(
     let config = log.config();
     let mut map: HashMap<Vec<u8>, i64> = HashMap::new();
     let mut used = 0usize;
+    let mut txns = txn::CleanedTxns::default();
+    txns.add_aborted(log.collect_aborted_txns(range.first_dirty, range.end));
     for (i, seg) in segs.iter().enumerate() {
         if i > 0 && used >= budget {
             return Ok((map, seg.base_offset));
@@ -232,7 +251,13 @@ fn build_offset_map(
             }
         };
         for (pos, h) in headers {
-            if h.is_control() || h.last_offset() < range.first_dirty {
+            if h.is_control() {
+                let bytes = seg.batch_bytes(pos, &h)?;
+                txns.on_control_batch(&h, &bytes);
+                continue;
+            }
+            // Records of aborted transactions never shadow others.
+            if txns.on_batch(&h) || h.last_offset() < range.first_dirty {
                 continue;
             }
             let bytes = seg.batch_bytes(pos, &h)?;
@@ -265,3 +290,5 @@ fn build_offset_map(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod txn_tests;

@@ -19,7 +19,17 @@
 //! is kept even when none of its records survive, as an empty batch with
 //! the same producer id, epoch, sequence and offset range, so the producer
 //! state rebuilt from the log still knows the producer's last sequence.
-//! Snapshots of segments merged into another go with them.
+//! Snapshots of segments merged into another go with them. The last batch
+//! of a cleaning round stays too, empty if need be (Kafka keeps it so the
+//! last offset below the uncleaned part is not lost).
+//!
+//! Transactions (`txn`): batches of aborted transactions go; a marker
+//! whose transaction has no data left is stamped with a delete horizon on
+//! one clean and removed by a clean after it. The cleaned segment's
+//! `.txnindex` holds the entries of the ABORT markers it keeps: written as
+//! `<base>.txnindex.cleaned` with the `.log.cleaned` file, renamed in
+//! right after the `.log` (a crash in between loses entries whose data
+//! this clean already removed, nothing a reader needs).
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -30,12 +40,14 @@ use std::sync::Arc;
 use sluice_protocol::record::batch::{validate_crc, HEADER_LEN};
 use sluice_protocol::record::codec::{assemble, BatchFields, ProducerInfo};
 
+use super::txn::CleanedTxns;
 use super::{read_batch, CleanStats, Cleanable, CleanerConfig};
 use crate::checkpoint::sync_dir;
 use crate::config::LogConfig;
 use crate::error::{IoContext, Result, StorageError};
 use crate::log::Log;
 use crate::segment::{segment_path, Segment, LOG_SUFFIX};
+use crate::txn_index::{txn_index_path, TxnIndex};
 
 /// Where a simulated crash stops a clean (tests only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,15 +70,29 @@ fn crash(config: &CleanerConfig, at: CrashPoint) -> Result<()> {
     Ok(())
 }
 
+/// What decides a batch's fate besides the offset map.
+struct Filter<'a> {
+    config: &'a LogConfig,
+    last_records: &'a HashMap<i64, LastRecord>,
+    now: i64,
+    /// Tombstones older than this go.
+    delete_horizon: i64,
+    /// The first uncleanable offset of this round (Kafka's
+    /// `upperBoundOffsetOfCleaningRound`).
+    round_upper: i64,
+}
+
 pub(super) fn clean_segments(
     log: &Log,
     range: &Cleanable,
+    round_upper: i64,
     map: &HashMap<Vec<u8>, i64>,
     config: &CleanerConfig,
 ) -> Result<CleanStats> {
     let log_config = log.config();
     let now = log.now_ms();
     let delete_horizon = now.saturating_sub(log_config.delete_retention_ms);
+    let mut txns = CleanedTxns::default();
     let sources: Vec<Arc<Segment>> = log
         .read_segments()
         .values()
@@ -90,10 +116,25 @@ pub(super) fn clean_segments(
         // Kafka takes these per group, at the start of its cleaning.
         let last_records = log.last_records_of_active_producers();
         let cleaned = segment_path(log.dir(), base, LOG_SUFFIX, crate::log::CLEANED);
+        let cleaned_txn_index = txn_index_path(log.dir(), base, crate::log::CLEANED);
         let mut out = std::io::BufWriter::new(std::fs::File::create(&cleaned).at(&cleaned)?);
         let mut written = 0u64;
         let mut crc_failure = None;
-        'segs: for (seg, headers) in group.iter().zip(headers) {
+        let filter = Filter {
+            config: &log_config,
+            last_records: &last_records,
+            now,
+            delete_horizon,
+            round_upper,
+        };
+        txns.cleaned_index.clear();
+        'segs: for (i, (seg, headers)) in group.iter().zip(headers).enumerate() {
+            // The whole segment's aborted transactions, so the cleaned
+            // index is complete (Kafka's `cleanSegments`).
+            let upper = group
+                .get(i + 1)
+                .map_or_else(|| seg.next_offset(), |s| s.base_offset);
+            txns.add_aborted(log.collect_aborted_txns(seg.base_offset, upper));
             for (pos, h) in headers {
                 let bytes = seg.batch_bytes(pos, &h)?;
                 // A batch whose CRC fails cannot go into the cleaned segment
@@ -103,15 +144,7 @@ pub(super) fn clean_segments(
                     crc_failure = Some((h, e));
                     break 'segs;
                 }
-                let kept = filter_batch(
-                    log,
-                    &log_config,
-                    &bytes,
-                    map,
-                    &last_records,
-                    delete_horizon,
-                    &mut stats,
-                )?;
+                let kept = filter_batch(log, &filter, &bytes, map, &mut txns, &mut stats)?;
                 if let Some(kept) = kept {
                     out.write_all(&kept).at(&cleaned)?;
                     written += kept.len() as u64;
@@ -139,6 +172,9 @@ pub(super) fn clean_segments(
         })?;
         file.sync_all().at(&cleaned)?;
         drop(file);
+        if written > 0 {
+            TxnIndex::write_new(&cleaned_txn_index, &txns.cleaned_index)?;
+        }
         crash(config, CrashPoint::AfterCleanedWritten)?;
         let swapped = if written == 0 {
             // Nothing survives: drop the sources, oldest first, so a crash
@@ -148,6 +184,7 @@ pub(super) fn clean_segments(
         } else {
             swap_in(log, &group, base, written, config)?
         };
+        remove_if_exists(&cleaned_txn_index)?;
         if swapped {
             // Kafka's `replaceSegments`: snapshots of the segments that
             // are gone, not of the one now starting at `base`.
@@ -267,23 +304,39 @@ fn empty_batch(h: &sluice_protocol::record::BatchHeader) -> Result<Vec<u8>> {
 
 /// The retained part of one batch: the same bytes when every record stays,
 /// a rebuilt batch (same base offset, last offset delta and codec) when
-/// some go, `None` when all go — unless it is a producer's last batch,
-/// which stays as an empty batch. A batch that cannot be read is kept as it
-/// is and reported.
+/// some go, `None` when all go — unless it is a producer's last batch or
+/// the round's last, which stays as an empty batch. Batches of aborted
+/// transactions go; markers go in two passes (see `txn`). A batch that
+/// cannot be read is kept as it is and reported.
 fn filter_batch(
     log: &Log,
-    config: &LogConfig,
+    f: &Filter<'_>,
     bytes: &[u8],
     map: &HashMap<Vec<u8>, i64>,
-    last_records: &HashMap<i64, LastRecord>,
-    delete_horizon: i64,
+    txns: &mut CleanedTxns,
     stats: &mut CleanStats,
 ) -> Result<Option<Vec<u8>>> {
     let h = sluice_protocol::record::BatchHeader::parse(bytes)?;
+    // Kafka's RETAIN_EMPTY: the batch stays even without records.
+    let retain_empty =
+        is_last_of_producer(&h, f.last_records) || h.last_offset() + 1 == f.round_upper;
     if h.is_control() {
-        return Ok(Some(bytes.to_vec()));
+        return filter_control(f, &h, bytes, retain_empty, txns, stats);
     }
-    let decoded = match read_batch(bytes, &h, config) {
+    if txns.on_batch(&h) {
+        // Aborted: its records never count.
+        stats.records_read += u64::try_from(h.records_count).unwrap_or(0);
+        stats.records_removed += u64::try_from(h.records_count).unwrap_or(0);
+        stats.aborted_records_removed += u64::try_from(h.records_count).unwrap_or(0);
+        return if retain_empty && h.records_count > 0 {
+            empty_batch(&h).map(Some)
+        } else if retain_empty {
+            Ok(Some(bytes.to_vec()))
+        } else {
+            Ok(None)
+        };
+    }
+    let decoded = match read_batch(bytes, &h, f.config) {
         Ok(d) => d,
         Err(e) => {
             tracing::warn!(
@@ -311,7 +364,7 @@ fn filter_batch(
             stats.records_removed += 1;
             continue;
         }
-        if rec.value.is_none() && h.max_timestamp < delete_horizon {
+        if rec.value.is_none() && h.max_timestamp < f.delete_horizon {
             stats.records_removed += 1;
             stats.tombstones_removed += 1;
             continue;
@@ -322,8 +375,8 @@ fn filter_batch(
     }
     if kept == 0 {
         // An empty batch goes too, unless it holds a producer's last
-        // sequence (Kafka's RETAIN_EMPTY / DELETE_EMPTY).
-        if !is_last_of_producer(&h, last_records) {
+        // sequence or ends the round (Kafka's RETAIN_EMPTY / DELETE_EMPTY).
+        if !retain_empty {
             return Ok(None);
         }
         if total > 0 {
@@ -354,6 +407,90 @@ fn filter_batch(
     let rebuilt = assemble(&fields, h.compression()?, &kept_raw)?;
     debug_assert!(rebuilt.len() >= HEADER_LEN);
     Ok(Some(rebuilt))
+}
+
+/// A control batch (Kafka's `checkBatchRetention` for markers): one whose
+/// transaction left no data may go — first it is stamped with a delete
+/// horizon (`now + delete.retention.ms`), and a clean after that time
+/// removes it (an empty batch when it must stay).
+fn filter_control(
+    f: &Filter<'_>,
+    h: &sluice_protocol::record::BatchHeader,
+    bytes: &[u8],
+    retain_empty: bool,
+    txns: &mut CleanedTxns,
+    stats: &mut CleanStats,
+) -> Result<Option<Vec<u8>>> {
+    let can_discard = txns.on_control_batch(h, bytes);
+    let horizon = h.has_delete_horizon().then_some(h.base_timestamp);
+    if can_discard && horizon.is_some_and(|dh| dh <= f.now) {
+        if h.records_count > 0 {
+            stats.markers_removed += 1;
+        }
+        return if !retain_empty {
+            Ok(None)
+        } else if h.records_count > 0 {
+            empty_batch(h).map(Some)
+        } else {
+            Ok(Some(bytes.to_vec()))
+        };
+    }
+    if h.records_count == 0 {
+        // A marker emptied by an earlier clean.
+        return Ok(retain_empty.then(|| bytes.to_vec()));
+    }
+    if can_discard && horizon.is_none() {
+        stats.markers_stamped += 1;
+        let at = f.now.saturating_add(f.config.delete_retention_ms);
+        return with_delete_horizon(h, bytes, at).map(Some);
+    }
+    Ok(Some(bytes.to_vec()))
+}
+
+/// The same batch with Kafka's delete horizon flag (0x40) and the horizon
+/// as its base timestamp; record timestamps are kept (their deltas are
+/// rewritten against the new base).
+fn with_delete_horizon(
+    h: &sluice_protocol::record::BatchHeader,
+    bytes: &[u8],
+    horizon: i64,
+) -> Result<Vec<u8>> {
+    const DELETE_HORIZON_FLAG: i16 = 0x40;
+    let decoded =
+        sluice_protocol::record::codec::decode_batch(bytes, crate::segment::decode_limit(h))?;
+    let mut payload = Vec::with_capacity(decoded.payload.len());
+    for r in &decoded.records {
+        let delta = i32::try_from(r.record.offset - h.base_offset).unwrap_or(i32::MAX);
+        sluice_protocol::record::codec::encode_record(
+            &mut payload,
+            &r.record,
+            delta,
+            r.record.timestamp.wrapping_sub(horizon),
+        );
+    }
+    let fields = BatchFields {
+        base_offset: h.base_offset,
+        partition_leader_epoch: h.partition_leader_epoch,
+        attributes: h.attributes | DELETE_HORIZON_FLAG,
+        last_offset_delta: h.last_offset_delta,
+        base_timestamp: horizon,
+        max_timestamp: h.max_timestamp,
+        producer: ProducerInfo {
+            producer_id: h.producer_id,
+            producer_epoch: h.producer_epoch,
+            base_sequence: h.base_sequence,
+        },
+        records_count: h.records_count,
+    };
+    Ok(assemble(&fields, h.compression()?, &payload)?)
+}
+
+fn remove_if_exists(path: &std::path::Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).at(path),
+    }
 }
 
 fn still_there(log: &Log, group: &[Arc<Segment>]) -> bool {
@@ -397,6 +534,11 @@ fn swap_in(
     crash(config, CrashPoint::AfterSourcesDeleted)?;
     let target = segment_path(&dir, base, LOG_SUFFIX, "");
     std::fs::rename(&swap, &target).at(&target)?;
+    let cleaned_txn_index = txn_index_path(&dir, base, crate::log::CLEANED);
+    if cleaned_txn_index.exists() {
+        let to = txn_index_path(&dir, base, "");
+        std::fs::rename(&cleaned_txn_index, &to).at(&to)?;
+    }
     sync_dir(&dir)?;
     let settings = log.settings();
     let seg = Segment::open(&dir, base, settings, true, log.now_ms())

@@ -101,7 +101,7 @@ impl Log {
                         duplicate: true,
                     });
                 }
-                ProducerCheck::Updates(u) => Some(u),
+                ProducerCheck::Updates(u, completed) => Some((u, completed)),
             }
         } else {
             None
@@ -133,8 +133,11 @@ impl Log {
             .append(records, &batches, config.index_interval_bytes)
             .map_err(|e| self.go_offline(e))?;
         self.log_end_offset.store(next, Ordering::Release);
-        if let Some(updates) = producer_updates {
-            self.apply_producer_updates(updates, now);
+        if let Some((updates, completed)) = producer_updates {
+            // A failed transaction index write leaves the index behind the
+            // log: the log goes offline and recovery rebuilds the index.
+            self.apply_producer_updates(updates, &completed, &segment, now)
+                .map_err(|e| self.go_offline(e))?;
         }
         {
             let mut epochs = lock(&self.epochs);

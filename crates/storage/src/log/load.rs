@@ -23,6 +23,7 @@ use crate::error::{bad_file, IoContext, Result};
 use crate::producer::snapshot::{parse_snapshot_name, SNAPSHOT_SUFFIX};
 use crate::producer::ProducerStateManager;
 use crate::segment::{segment_path, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::txn_index::TXN_INDEX_SUFFIX;
 use crate::TopicPartition;
 
 /// Suffix of segment files written by the cleaner, not yet complete.
@@ -57,7 +58,12 @@ fn parse_base(stem: &str) -> Option<i64> {
 /// Producer snapshots (`.snapshot`) are not segment files: they belong to
 /// the producer state, which keeps or deletes them by its own rules.
 fn classify(name: &str) -> Option<(&str, &'static str, &str)> {
-    for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex"] {
+    for suffix in [
+        LOG_SUFFIX,
+        INDEX_SUFFIX,
+        TIME_INDEX_SUFFIX,
+        TXN_INDEX_SUFFIX,
+    ] {
         if let Some(at) = name.find(suffix) {
             let extra = &name[at + suffix.len()..];
             if extra.is_empty() || [DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX].contains(&extra) {
@@ -216,6 +222,7 @@ impl Log {
             offline: AtomicBool::new(false),
             pending_deletes: Mutex::new(Vec::new()),
             producers: Mutex::new(ProducerStateManager::new(opts.producer_state)),
+            first_unstable: AtomicI64::new(i64::MAX),
         };
         log.load_producer_state(snapshots, &opts)?;
         tracing::debug!(
@@ -318,7 +325,12 @@ fn prepare_folder(dir: &Path) -> Result<(Vec<i64>, Vec<i64>)> {
         }
         let last = last_offset_of(path)?;
         for &old in logs.iter().filter(|&&b| b >= *base && b <= last) {
-            for s in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            for s in [
+                LOG_SUFFIX,
+                INDEX_SUFFIX,
+                TIME_INDEX_SUFFIX,
+                TXN_INDEX_SUFFIX,
+            ] {
                 let p = segment_path(dir, old, s, "");
                 if p.exists() {
                     std::fs::remove_file(&p).at(&p)?;

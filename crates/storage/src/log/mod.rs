@@ -87,6 +87,10 @@ pub struct Log {
     /// Producer ids, epochs and sequences (idempotence); changed only by
     /// the holder of the append lock, except for expiry.
     producers: Mutex<ProducerStateManager>,
+    /// The producer state's first unstable offset (`i64::MAX`: none),
+    /// published for readers of the last stable offset. Stored before the
+    /// high watermark that may expose it.
+    first_unstable: AtomicI64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -133,10 +137,37 @@ impl Log {
 
     /// Sets the high watermark (clamped to `[log start, log end]`); the
     /// owner (replication, or the broker on one node) drives it.
+    /// Transactions whose marker it passes become stable.
     pub fn set_high_watermark(&self, hw: i64) -> i64 {
         let hw = hw.clamp(self.log_start_offset(), self.log_end_offset());
         self.high_watermark.store(hw, Ordering::Release);
+        self.producers_on_high_watermark(hw);
         hw
+    }
+
+    /// The last stable offset (Kafka's `UnifiedLog.lastStableOffset`):
+    /// the first offset of the earliest transaction still open (or decided
+    /// with its marker not yet under the high watermark), at least the log
+    /// start, at most the high watermark. Without transactions it is the
+    /// high watermark. What read_committed consumers may read up to.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.last_stable_offset_below(self.high_watermark())
+    }
+
+    /// The last stable offset given a high watermark just read (the first
+    /// unstable offset is read after it, see `first_unstable`).
+    pub(crate) fn last_stable_offset_below(&self, hw: i64) -> i64 {
+        let first_unstable = self.first_unstable.load(Ordering::Acquire);
+        first_unstable.max(self.log_start_offset()).min(hw)
+    }
+
+    /// The segment whose offsets include `offset` (the last one starting at
+    /// or below it).
+    pub(crate) fn segment_holding(&self, offset: i64) -> Option<Arc<Segment>> {
+        self.read_segments()
+            .range(..=offset)
+            .next_back()
+            .map(|(_, s)| Arc::clone(s))
     }
 
     /// Whether an earlier I/O error took this log offline.
@@ -326,3 +357,5 @@ mod config_tests;
 mod producer_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod txn_tests;

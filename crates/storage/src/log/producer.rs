@@ -19,6 +19,8 @@
 use sluice_protocol::record::batch::BatchHeader;
 use sluice_protocol::record::codec::decode_batch;
 
+use std::sync::Arc;
+
 use super::{lock, AppendOrigin, Log, LogOpenOptions, ReplayEvent};
 use crate::error::{Result, StorageError};
 use crate::producer::entry::{increment_sequence, NO_SEQUENCE};
@@ -26,14 +28,17 @@ use crate::producer::{
     sync_snapshot_files, ActiveProducer, BatchMetadata, CompletedTxn, EndTxnMarker, LastRecord,
     ProducerAppendInfo, ProducerLoad, ProducerOrigin, ProducerStateEntry, ProducerStateManager,
 };
+use crate::segment::Segment;
+use crate::txn_index::AbortedTxn;
 
 /// What the producer check of an append decided.
 #[derive(Debug)]
 pub(super) enum ProducerCheck {
     /// A client retried a batch that is already in the log.
     Duplicate(BatchMetadata),
-    /// What to apply once the batches are written.
-    Updates(Vec<ProducerAppendInfo>),
+    /// What to apply once the batches are written, and the transactions
+    /// the append's markers complete.
+    Updates(Vec<ProducerAppendInfo>, Vec<CompletedTxn>),
 }
 
 /// The last sequence of a batch (Kafka's `RecordBatch.lastSequence`).
@@ -87,6 +92,20 @@ fn read_marker(raw: &[u8], h: &BatchHeader) -> Result<Option<(EndTxnMarker, i64)
     )))
 }
 
+/// Writes the transaction index entry of `txn` (aborted transactions
+/// only) into the segment holding its marker.
+fn index_completed(ps: &ProducerStateManager, txn: &CompletedTxn, segment: &Segment) -> Result<()> {
+    if !txn.aborted {
+        return Ok(());
+    }
+    segment.txn_index.append(AbortedTxn {
+        producer_id: txn.producer_id,
+        first_offset: txn.first_offset,
+        last_offset: txn.last_offset,
+        last_stable_offset: ps.last_stable_offset_after(txn),
+    })
+}
+
 /// Feeds one batch at `[first, last]` to its producer's append info.
 fn append_batch(
     info: &mut ProducerAppendInfo,
@@ -135,6 +154,7 @@ impl Log {
         };
         let ps = lock(&self.producers);
         let mut updates: Vec<ProducerAppendInfo> = Vec::new();
+        let mut completed: Vec<CompletedTxn> = Vec::new();
         let mut next = base_offset;
         for (pos, h) in batches {
             let first = next;
@@ -167,18 +187,62 @@ impl Log {
                 }
             };
             let raw = &records[*pos..*pos + h.total_size()];
-            // Completed transactions go to the transaction index and the
-            // last stable offset, which come with transactions.
-            let _completed = append_batch(&mut updates[i], h, raw, first, last, &self.tp)?;
+            if let Some(txn) = append_batch(&mut updates[i], h, raw, first, last, &self.tp)? {
+                completed.push(txn);
+            }
         }
-        Ok(ProducerCheck::Updates(updates))
+        Ok(ProducerCheck::Updates(updates, completed))
     }
 
-    /// Applies checked updates once their batches are written. Writer only.
-    pub(super) fn apply_producer_updates(&self, updates: Vec<ProducerAppendInfo>, now: i64) {
+    /// Applies checked updates once their batches are written to
+    /// `segment` (Kafka's `append` after `localLog.append`): producers are
+    /// updated, each completed transaction gets its transaction index
+    /// entry when aborted (with the last stable offset it leaves) and is
+    /// marked decided, and the first unstable offset follows. Writer only.
+    pub(super) fn apply_producer_updates(
+        &self,
+        updates: Vec<ProducerAppendInfo>,
+        completed: &[CompletedTxn],
+        segment: &Segment,
+        now: i64,
+    ) -> Result<()> {
         let mut ps = lock(&self.producers);
         for u in updates {
             ps.update(u, now);
+        }
+        let mut result = Ok(());
+        for txn in completed {
+            if result.is_ok() {
+                result = index_completed(&ps, txn, segment);
+            }
+            ps.complete_txn(txn);
+        }
+        self.publish_first_unstable(&ps);
+        result
+    }
+
+    /// Publishes the first unstable offset readers compute the last stable
+    /// offset from (`i64::MAX`: none).
+    pub(super) fn publish_first_unstable(&self, ps: &ProducerStateManager) {
+        let fuo = ps.first_unstable_offset().unwrap_or(i64::MAX);
+        self.first_unstable
+            .store(fuo, std::sync::atomic::Ordering::Release);
+    }
+
+    /// After the high watermark moved to `hw`: decided transactions whose
+    /// marker it passed are stable now (Kafka's `onHighWatermarkUpdated`
+    /// then `maybeIncrementFirstUnstableOffset`).
+    pub(super) fn producers_on_high_watermark(&self, hw: i64) {
+        if self
+            .first_unstable
+            .load(std::sync::atomic::Ordering::Acquire)
+            == i64::MAX
+        {
+            return;
+        }
+        let mut ps = lock(&self.producers);
+        if ps.on_high_watermark_updated(hw) {
+            self.publish_first_unstable(&ps);
         }
     }
 
@@ -234,7 +298,19 @@ impl Log {
             }
             let mut info = ps.prepare_update(h.producer_id, ProducerOrigin::Replication);
             match append_batch(&mut info, &h, raw, h.base_offset, h.last_offset(), &tp) {
-                Ok(_) => ps.update(info, h.max_timestamp.min(now)),
+                Ok(completed) => {
+                    ps.update(info, h.max_timestamp.min(now));
+                    if let Some(txn) = completed {
+                        // The transaction index past the replay's start is
+                        // rebuilt from the markers met here.
+                        if let Some(seg) = self.segment_holding(h.base_offset) {
+                            if let Err(e) = index_completed(ps, &txn, &seg) {
+                                failure.get_or_insert(e);
+                            }
+                        }
+                        ps.complete_txn(&txn);
+                    }
+                }
                 Err(e) => tracing::warn!(
                     partition = %tp, offset = h.base_offset, error = %e,
                     "producer state: skipped a batch it cannot read"
@@ -244,6 +320,8 @@ impl Log {
         if let Some(e) = failure {
             return Err(e);
         }
+        ps.on_high_watermark_updated(self.high_watermark());
+        self.publish_first_unstable(ps);
         let end = self.log_end_offset();
         for o in pending.into_iter().rev().filter(|&o| o <= end) {
             ps.take_snapshot(&self.dir, o, false)?;
@@ -254,6 +332,14 @@ impl Log {
     /// Builds the producer state at open (Kafka's `rebuildProducerState`
     /// from `LogLoader`). `snapshots` are the snapshot files found in the
     /// folder.
+    ///
+    /// The transaction indexes are rebuilt from the same replay: every
+    /// entry whose marker lies at or after the replay's start is dropped,
+    /// and the replay writes them again from the markers it meets (with
+    /// the producer state of the snapshot, the open transactions and
+    /// last stable offsets come out as they were written). A segment
+    /// whose `.txnindex` cannot be trusted moves the start of the replay
+    /// to its base (a snapshot at or below it, else the log start).
     pub(super) fn load_producer_state(
         &self,
         snapshots: Vec<i64>,
@@ -262,6 +348,7 @@ impl Log {
         let start = self.log_start_offset();
         let end = self.log_end_offset();
         let bases = self.segment_base_offsets();
+        let txn_rebuild = self.untrusted_txn_indexes();
         let mut ps = lock(&self.producers);
         ps.set_snapshot_files(snapshots);
         ps.remove_stray_snapshots(&self.dir, &bases)?;
@@ -278,7 +365,7 @@ impl Log {
         // later truncation or restart starts near them (as Kafka).
         let mut targets: Vec<i64> = bases.iter().rev().take(2).copied().collect();
         targets.retain(|&o| o > start);
-        if opts.clean_shutdown && ps.snapshot_offsets().is_empty() {
+        if opts.clean_shutdown && ps.snapshot_offsets().is_empty() && txn_rebuild.is_none() {
             // Kafka's rule: a clean shutdown without any snapshot is a
             // folder written before producer state existed; there is
             // nothing to replay, and snapshots start now.
@@ -289,13 +376,16 @@ impl Log {
             }
             ps.take_snapshot(&self.dir, end, false)?;
             ps.last_load = ProducerLoad::default();
+            self.trim_txn_indexes(end)?;
             return Ok(ProducerLoad::default());
         }
-        let snapshot = ps.load_latest_snapshot(&self.dir, &self.tp, trusted, self.now_ms())?;
+        let at_most = txn_rebuild.map_or(trusted, |b| b.min(trusted));
+        let snapshot = ps.load_latest_snapshot(&self.dir, &self.tp, at_most, self.now_ms())?;
         let from = snapshot.unwrap_or(start);
         if snapshot.is_none() {
             ps.reset_snapshot_offset(start);
         }
+        self.trim_txn_indexes(from)?;
         let replayed_batches = self.replay_producers(&mut ps, from, &targets)?;
         ps.take_snapshot(&self.dir, end, false)?;
         let load = ProducerLoad {
@@ -312,6 +402,34 @@ impl Log {
         Ok(load)
     }
 
+    /// The lowest base of a segment whose transaction index file failed
+    /// its checks at open (logged), if any.
+    fn untrusted_txn_indexes(&self) -> Option<i64> {
+        let segs = self.read_segments();
+        let mut lowest = None;
+        for seg in segs.values() {
+            if let Some(why) = &seg.txn_index_problem {
+                tracing::warn!(
+                    partition = %self.tp, path = %seg.txn_index.path().display(), problem = %why,
+                    "transaction index cannot be trusted; rebuilding it from the log"
+                );
+                lowest = Some(lowest.map_or(seg.base_offset, |l: i64| l.min(seg.base_offset)));
+            }
+        }
+        lowest
+    }
+
+    /// Drops the transaction index entries whose marker is at or after
+    /// `from` (a replay from there writes them again) or past the data of
+    /// their segment. Writer only (or at open).
+    fn trim_txn_indexes(&self, from: i64) -> Result<()> {
+        let segs: Vec<Arc<Segment>> = self.read_segments().values().cloned().collect();
+        for seg in segs {
+            seg.txn_index.truncate_to(from.min(seg.next_offset()))?;
+        }
+        Ok(())
+    }
+
     /// After a truncation to the current log end: forget what lay past it,
     /// reload the newest snapshot at or below it and replay up to it
     /// (Kafka's `truncateAndReload` then `rebuildProducerState`). Writer only.
@@ -326,6 +444,7 @@ impl Log {
         if snapshot.is_none() {
             ps.reset_snapshot_offset(start);
         }
+        self.trim_txn_indexes(snapshot.unwrap_or(start))?;
         let replayed_batches = self.replay_producers(&mut ps, snapshot.unwrap_or(start), &[])?;
         ps.take_snapshot(&self.dir, end, true)?;
         ps.last_load = ProducerLoad {
@@ -340,6 +459,7 @@ impl Log {
     pub(super) fn reset_producer_state(&self, offset: i64) -> Result<()> {
         let mut ps = lock(&self.producers);
         ps.clear();
+        self.publish_first_unstable(&ps);
         ps.delete_snapshots(&self.dir, |_| true)?;
         crate::checkpoint::sync_dir(&self.dir)?;
         ps.reset_snapshot_offset(0);

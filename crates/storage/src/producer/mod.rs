@@ -23,7 +23,7 @@ pub mod append;
 pub mod entry;
 pub mod snapshot;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 pub use append::{CompletedTxn, EndTxnMarker, ProducerAppendInfo, ProducerOrigin};
@@ -101,6 +101,13 @@ pub struct ProducerStateManager {
     last_snap_offset: i64,
     /// How the state was last loaded.
     pub(crate) last_load: ProducerLoad,
+    /// Open transactions: first offset -> producer id (Kafka's
+    /// `ongoingTxns`).
+    ongoing: BTreeMap<i64, i64>,
+    /// Transactions whose marker is written but not yet below the high
+    /// watermark: first offset -> (producer id, marker offset) (Kafka's
+    /// `unreplicatedTxns`).
+    unreplicated: BTreeMap<i64, (i64, i64)>,
 }
 
 impl ProducerStateManager {
@@ -134,9 +141,13 @@ impl ProducerStateManager {
     }
 
     /// Applies a checked append (Kafka's `update`); `now_ms` marks the
-    /// producer as just used.
+    /// producer as just used. Transactions the append opened become
+    /// ongoing; those it closed are completed by [`Self::complete_txn`].
     pub fn update(&mut self, info: ProducerAppendInfo, now_ms: i64) {
         let pid = info.producer_id();
+        for &first in info.started_transactions() {
+            self.ongoing.insert(first, pid);
+        }
         let mut next = info.into_entry();
         next.last_used_ms = now_ms;
         match self.producers.get_mut(&pid) {
@@ -148,14 +159,81 @@ impl ProducerStateManager {
         }
     }
 
-    /// Adds an entry read from a snapshot.
+    /// Adds an entry read from a snapshot (Kafka's `loadProducerEntry`):
+    /// its open transaction is ongoing.
     fn load_entry(&mut self, entry: ProducerStateEntry) {
+        if let Some(first) = entry.current_txn_first_offset {
+            self.ongoing.insert(first, entry.producer_id);
+        }
         self.producers.insert(entry.producer_id, entry);
     }
 
-    /// Forgets every producer.
+    /// Forgets every producer and transaction.
     pub fn clear(&mut self) {
         self.producers.clear();
+        self.ongoing.clear();
+        self.unreplicated.clear();
+    }
+
+    // --------------------------------------------------------- transactions
+
+    /// The partition's last stable offset right after `txn` completes,
+    /// for its transaction index entry (Kafka's `lastStableOffset(
+    /// completedTxn)`): the first offset of the earliest transaction of
+    /// another producer still open, else the marker's offset + 1.
+    pub fn last_stable_offset_after(&self, txn: &CompletedTxn) -> i64 {
+        self.ongoing
+            .iter()
+            .find(|(_, &pid)| pid != txn.producer_id)
+            .map_or(txn.last_offset + 1, |(&first, _)| first)
+    }
+
+    /// Marks `txn` decided (Kafka's `completeTxn`); it stays unstable
+    /// until the high watermark passes its marker
+    /// ([`Self::on_high_watermark_updated`]).
+    pub fn complete_txn(&mut self, txn: &CompletedTxn) {
+        if self.ongoing.remove(&txn.first_offset).is_none() {
+            // Kafka throws here; the producer entry said the transaction
+            // was open, so the two views disagree. Nothing waits on it.
+            tracing::warn!(
+                producer_id = txn.producer_id,
+                first_offset = txn.first_offset,
+                "completed a transaction that was not ongoing"
+            );
+            return;
+        }
+        self.unreplicated
+            .insert(txn.first_offset, (txn.producer_id, txn.last_offset));
+    }
+
+    /// Forgets the decided transactions whose marker is below `hw` (Kafka's
+    /// `onHighWatermarkUpdated`); returns whether any went.
+    pub fn on_high_watermark_updated(&mut self, hw: i64) -> bool {
+        let before = self.unreplicated.len();
+        self.unreplicated.retain(|_, (_, last)| *last >= hw);
+        before != self.unreplicated.len()
+    }
+
+    /// Whether decided transactions wait for the high watermark.
+    pub fn has_unreplicated_txns(&self) -> bool {
+        !self.unreplicated.is_empty()
+    }
+
+    /// The first offset of the earliest transaction that is open, or
+    /// decided with its marker not yet under the high watermark (Kafka's
+    /// `firstUnstableOffset`).
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        let ongoing = self.ongoing.keys().next().copied();
+        let unreplicated = self.unreplicated.keys().next().copied();
+        match (ongoing, unreplicated) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Open transactions, `(first offset, producer id)` in offset order.
+    pub fn ongoing_txns(&self) -> Vec<(i64, i64)> {
+        self.ongoing.iter().map(|(&f, &p)| (f, p)).collect()
     }
 
     fn is_expired(&self, now_ms: i64, e: &ProducerStateEntry) -> bool {
@@ -341,7 +419,7 @@ impl ProducerStateManager {
         at_most: i64,
         now_ms: i64,
     ) -> Result<Option<i64>> {
-        self.producers.clear();
+        self.clear();
         while let Some(&offset) = self.snapshots.range(..=at_most).next_back() {
             let path = snapshot::snapshot_path(dir, offset);
             match snapshot::read(&path)? {

@@ -243,3 +243,57 @@ fn offset_commit_checks() {
         Err(GroupError::RebalanceInProgress)
     );
 }
+
+/// Kafka's `validateTransactionalOffsetCommit`: TxnOffsetCommit v0-v2 carry
+/// no member (generation -1), which is accepted whatever the group's
+/// state; members are checked as for OffsetCommit, but a rebalance does
+/// not refuse the commit; a missing group with a generation is
+/// ILLEGAL_GENERATION at every version.
+#[test]
+fn txn_offset_commit_checks() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.c.validate_txn_offset_commit(0, "simple", "", None, -1),
+        Ok(())
+    );
+    assert_eq!(h.c.group_state("simple"), Some(GroupState::Empty));
+    assert_eq!(
+        h.c.validate_txn_offset_commit(0, "missing", "m", None, 1),
+        Err(GroupError::IllegalGeneration)
+    );
+    assert_eq!(
+        h.c.validate_txn_offset_commit(0, "", "", None, -1),
+        Err(GroupError::InvalidGroupId)
+    );
+    let (ids, leader) = h.stable_group(2);
+    assert_eq!(
+        h.c.validate_txn_offset_commit(h.now, G, "", None, -1),
+        Ok(())
+    );
+    assert_eq!(
+        h.c.validate_txn_offset_commit(h.now, G, &ids[0], None, 1),
+        Ok(())
+    );
+    assert_eq!(
+        h.c.validate_txn_offset_commit(h.now, G, &ids[0], None, 0),
+        Err(GroupError::IllegalGeneration)
+    );
+    assert_eq!(
+        h.c.validate_txn_offset_commit(h.now, G, "ghost", None, 1),
+        Err(GroupError::UnknownMemberId)
+    );
+    // CompletingRebalance: accepted at the new generation.
+    let follower = ids.iter().find(|id| **id != leader).unwrap().clone();
+    let lt = h.join(join_req(&leader));
+    let ft = h.join(join_req(&follower));
+    assert!(h.join_resp(lt).is_some() && h.join_resp(ft).is_some());
+    assert_eq!(h.c.group_state(G), Some(GroupState::CompletingRebalance));
+    assert_eq!(
+        h.c.validate_txn_offset_commit(h.now, G, &follower, None, 2),
+        Ok(())
+    );
+    assert_eq!(
+        h.c.validate_txn_offset_commit(h.now, G, "", None, -1),
+        Ok(())
+    );
+}
