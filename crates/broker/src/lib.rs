@@ -33,6 +33,7 @@ pub mod broker;
 pub mod config;
 mod connection;
 pub mod error;
+mod failpoint;
 mod fetch_session;
 mod groups;
 mod handlers;

@@ -513,6 +513,7 @@ pub(crate) async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
 /// Partitions whose topic or leader is gone need no marker (Kafka's
 /// marker channel drops them: "likely deleted already").
 async fn send_markers(broker: Arc<Broker>, partition: i32, m: WriteMarkers) {
+    crate::failpoint::pause("txn.before.markers").await;
     let image = broker.image();
     let mut outcomes = Vec::with_capacity(m.partitions.len());
     let mut to_write = Vec::new();
