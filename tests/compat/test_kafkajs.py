@@ -52,3 +52,8 @@ def test_admin(js_server):
 def test_fetch_range(js_server):
     ok = run_node(js_server, "fetch.js")
     assert [l.split()[1] for l in ok] == ["range_from_beginning_and_seek"]
+
+
+def test_transactions(js_server):
+    ok = run_node(js_server, "transactions.js")
+    assert [l.split()[1] for l in ok] == ["commit_abort_send_offsets", "zombie_is_fenced"]

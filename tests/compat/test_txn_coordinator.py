@@ -3,10 +3,8 @@ real clients: confluent-kafka's transactional producer commits and aborts
 interleaved transactions over three partitions and is fenced by a second
 producer with the same transactional.id; kafka-python 2.2's transactional
 producer; kafka-python 3's admin client lists and describes transactions.
-
-Markers come from the txnrt branch's PLACEHOLDER write path until txnstore
-lands, which has no last stable offset: only read_uncommitted reads are
-checked here (every record, in order; the markers take one offset each)."""
+read_uncommitted readers see every record in order (the markers take one
+offset each); read_committed readers see exactly the committed ones."""
 import json
 import os
 import subprocess
@@ -29,11 +27,12 @@ def producer(server, txn_id, **extra):
                      "transaction.timeout.ms": 60000, **extra})
 
 
-def read_uncommitted(server, topic, partitions=PARTITIONS):
-    """Every record of the topic per partition, and each partition's end
-    offset (data records plus markers)."""
+def read_uncommitted(server, topic, partitions=PARTITIONS, isolation="read_uncommitted"):
+    """Every record of the topic per partition that the isolation level
+    shows, and each partition's end offset as that level reports it (the
+    high watermark, data records plus markers; or the LSO)."""
     c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "unused",
-                  "isolation.level": "read_uncommitted", "enable.auto.commit": False})
+                  "isolation.level": isolation, "enable.auto.commit": False})
     ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
             for p in range(partitions)}
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -76,6 +75,10 @@ def test_confluent_transactions_commit_and_abort_over_three_partitions(server):
     assert got == expected
     # One marker per transaction on every partition it wrote to.
     assert ends == {i: 2 * 5 + 5 for i in range(PARTITIONS)}
+    # read_committed: exactly the committed transactions' records, in order.
+    got, lsos = read_uncommitted(server, "txn-orders", isolation="read_committed")
+    assert got == {i: [v for v in expected[i] if v[1] in "024"] for i in range(PARTITIONS)}
+    assert lsos == ends
 
 
 def test_confluent_zombie_is_fenced_by_a_second_producer(server):
@@ -118,6 +121,8 @@ def test_kafka_python_transactional_producer(server):
     got, ends = read_uncommitted(server, "txn-kp", 2)
     assert got == {0: ["kp-1", "kp-3"], 1: ["kp-2"]}
     assert ends == {0: 4, 1: 2}
+    got, _ = read_uncommitted(server, "txn-kp", 2, isolation="read_committed")
+    assert got == {0: ["kp-1"], 1: ["kp-2"]}
 
 
 def test_kafka_python_3_admin_lists_and_describes_transactions(server):
