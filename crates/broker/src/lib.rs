@@ -42,6 +42,7 @@ mod limits;
 mod partition;
 mod producer_ids;
 mod reconcile;
+mod replication;
 pub mod server;
 mod txn_coordinator;
 mod txn_markers;

@@ -34,6 +34,15 @@ impl LeaderEpochCache {
         Ok(Self { path, entries })
     }
 
+    /// A cache that lives in memory only (simulations and tests of the
+    /// replication rules); [`LeaderEpochCache::flush`] fails on it.
+    pub fn in_memory() -> Self {
+        Self {
+            path: PathBuf::new(),
+            entries: Vec::new(),
+        }
+    }
+
     pub fn entries(&self) -> &[(i32, i64)] {
         &self.entries
     }
