@@ -10,7 +10,7 @@
 //! flush), groups ready partitions by leader and builds `Produce` requests
 //! with one batch per partition. Each broker has a writer task that writes
 //! its requests in order on the broker's pipelined
-//! [`Connection`](crate::connection::Connection) and does not wait for a
+//! [`Connection`] and does not wait for a
 //! response before writing the next request: up to
 //! `max.in.flight.requests.per.connection` ([`ProducerConfig::max_in_flight`],
 //! default 5) Produce requests may be outstanding per broker. Retriable
@@ -54,6 +54,39 @@
 //! (`max_in_flight > 1`) then only lets requests carrying *different*
 //! partitions of one broker overlap. `max_in_flight = 1` allows only one
 //! outstanding Produce request per broker either way.
+//!
+//! # Transactions
+//!
+//! With `transactional.id` ([`ProducerConfig::transactional_id`]) the
+//! producer is transactional, as Kafka's: [`Producer::init_transactions`]
+//! once (it fences older producers with the same id), then
+//! [`Producer::begin_transaction`], sends,
+//! [`Producer::send_offsets_to_transaction`] for consume-transform-produce,
+//! and [`Producer::commit_transaction`] or
+//! [`Producer::abort_transaction`]. A partition's batches are sent only
+//! once AddPartitionsToTxn added it to the transaction. Errors are fatal
+//! (fenced, unauthorized: only closing is left) or abortable (a failed
+//! batch: only the abort is allowed, and it bumps the epoch), as Kafka's
+//! `TransactionManager` classifies them ([`TransactionState`]; design 015).
+//!
+//! ```no_run
+//! # async fn demo() -> sluice_client::Result<()> {
+//! use sluice_client::{ClientConfig, Producer, ProducerConfig, ProducerRecord};
+//!
+//! let config = ProducerConfig::new(ClientConfig::new("127.0.0.1:9092")).transactional("payments-1");
+//! let producer = Producer::new(config).await?;
+//! producer.init_transactions().await?;
+//! producer.begin_transaction()?;
+//! producer.send(ProducerRecord::new("debits", b"100".to_vec())).await?;
+//! producer.send(ProducerRecord::new("credits", b"100".to_vec())).await?;
+//! match producer.commit_transaction().await {
+//!     Ok(()) => {}
+//!     Err(e) if e.is_fatal_transaction_error() => return Err(e),
+//!     Err(_) => producer.abort_transaction().await?,
+//! }
+//! producer.close().await?;
+//! # Ok(()) }
+//! ```
 //!
 //! # Delivery timeout
 //!
