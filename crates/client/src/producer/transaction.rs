@@ -334,6 +334,11 @@ impl TransactionManager {
         Some(self.pending_partitions.iter().cloned().collect())
     }
 
+    /// Whether an AddPartitionsToTxn request is in flight (or retried).
+    pub(crate) fn has_pending_add(&self) -> bool {
+        !self.pending_partitions.is_empty()
+    }
+
     /// The pending partitions are in the transaction.
     pub(crate) fn partitions_added(&mut self) {
         self.partitions.append(&mut self.pending_partitions);

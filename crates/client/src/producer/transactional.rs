@@ -259,10 +259,28 @@ async fn coordinator_request<R: Request, T>(
             Step::Retry {
                 backoff: custom, ..
             } => {
-                if inner.lock().closed {
-                    return Err(ClientError::IllegalState(format!(
-                        "{key:?} abandoned: the producer is closed"
-                    )));
+                {
+                    let st = inner.lock();
+                    if st.closed {
+                        return Err(ClientError::IllegalState(format!(
+                            "{key:?} abandoned: the producer is closed"
+                        )));
+                    }
+                    if let Some(t) = st.txn.as_ref() {
+                        // A failed producer retries nothing; a failed
+                        // transaction adds no more partitions (Kafka's
+                        // `maybeTerminateRequestWithError`).
+                        let stop = t.state() == TransactionState::FatalError
+                            || (matches!(key, ApiKey::AddPartitionsToTxn)
+                                && t.state() == TransactionState::AbortableError);
+                        if stop {
+                            let producer = st.idem.as_ref().and_then(|i| i.producer());
+                            return Err(t
+                                .maybe_fail(producer)
+                                .err()
+                                .unwrap_or(ClientError::TransactionAborted));
+                        }
+                    }
                 }
                 tracing::debug!(api = ?key, "transactional request retried");
                 tokio::time::sleep(custom.unwrap_or(backoff).min(backoff)).await;
@@ -675,8 +693,23 @@ async fn end_transaction(inner: Arc<Inner>, commit: bool) -> Result<()> {
         }
     }
     inner.flush().await;
+    // An AddPartitionsToTxn in flight (or being retried) decides whether
+    // EndTxn is due: wait for its outcome.
+    loop {
+        let notified = inner.progress.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if !inner
+            .lock()
+            .txn
+            .as_ref()
+            .is_some_and(super::transaction::TransactionManager::has_pending_add)
+        {
+            break;
+        }
+        notified.await;
+    }
     let skipped = {
-        // An AddPartitionsToTxn in flight decides whether EndTxn is due.
         let _io = inner.txn_io.lock().await;
         let mut st = inner.lock();
         let producer = st.idem.as_ref().and_then(|i| i.producer());
