@@ -760,3 +760,124 @@ async fn init_transactions_refuses_a_timeout_above_the_brokers_maximum() {
     let _ = producer.close().await;
     server.stop().await;
 }
+
+/// Offsets sent with group metadata of an older generation are refused
+/// by the group coordinator (ILLEGAL_GENERATION): the transaction becomes
+/// abortable (Kafka's CommitFailedException), the abort works, and the
+/// next transaction with the consumer's current metadata commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_group_metadata_makes_the_transaction_abortable() {
+    let server = server().await;
+    server.create_topic("stale-in", 1).await;
+    let mut consumer = Consumer::new(consumer_config(
+        &server,
+        Some("stale-group"),
+        IsolationLevel::ReadCommitted,
+    ))
+    .await
+    .expect("consumer");
+    consumer.subscribe(&["stale-in"]).expect("subscribe");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while consumer.assignment().is_empty() {
+        assert!(Instant::now() < deadline, "no assignment");
+        consumer
+            .poll(Duration::from_millis(100))
+            .await
+            .expect("poll");
+    }
+    let current = consumer.group_metadata().expect("metadata");
+    let stale = ConsumerGroupMetadata {
+        generation_id: current.generation_id + 5,
+        ..current.clone()
+    };
+    let offsets = BTreeMap::from([(
+        TopicPartition::new("stale-in", 0),
+        OffsetAndMetadata::new(3),
+    )]);
+
+    let producer = txn_producer(&server, "tx-stale").await;
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    let e = producer
+        .send_offsets_to_transaction(&offsets, &stale)
+        .await
+        .expect_err("stale generation");
+    assert!(matches!(e, ClientError::CommitFailed(_)), "{e}");
+    assert!(
+        e.to_string().contains("consumer group metadata mismatch"),
+        "{e}"
+    );
+    assert_eq!(
+        producer.transaction_state(),
+        Some(TransactionState::AbortableError)
+    );
+    assert!(producer.commit_transaction().await.is_err());
+    producer.abort_transaction().await.expect("abort");
+
+    producer.begin_transaction().expect("begin again");
+    producer
+        .send_offsets_to_transaction(&offsets, &current)
+        .await
+        .expect("current metadata");
+    producer.commit_transaction().await.expect("commit");
+    let admin = server.admin().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = admin
+            .list_consumer_group_offsets("stale-group", None)
+            .await
+            .expect("offsets")
+            .get(&TopicPartition::new("stale-in", 0))
+            .map(|o| o.offset);
+        if got == Some(3) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "committed {got:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    producer.close().await.expect("close");
+    consumer.close().await.expect("close consumer");
+    server.stop().await;
+}
+
+/// Closing a producer with an open transaction aborts it (as Kafka's
+/// close does), so read_committed consumers move on without waiting for
+/// the transaction timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_aborts_the_open_transaction() {
+    let server = server().await;
+    server.create_topic("tx-close", 1).await;
+    let producer = txn_producer(&server, "tx-close").await;
+    producer.init_transactions().await.expect("init");
+    producer.begin_transaction().expect("begin");
+    let d = producer
+        .send(ProducerRecord::new("tx-close", b"never committed".to_vec()))
+        .await
+        .expect("send");
+    producer.flush().await;
+    d.await.expect("written");
+    producer.close().await.expect("close");
+
+    // A committed record after it is visible at once: the LSO moved past
+    // the aborted transaction (well before its 60 s timeout).
+    let next = txn_producer(&server, "tx-close-2").await;
+    next.init_transactions().await.expect("init");
+    next.begin_transaction().expect("begin");
+    next.send(ProducerRecord::new("tx-close", b"committed".to_vec()))
+        .await
+        .expect("send");
+    next.commit_transaction().await.expect("commit");
+    next.close().await.expect("close");
+    let started = Instant::now();
+    let ends = log_ends(&server, "tx-close", 1).await;
+    let read = read_all(&server, IsolationLevel::ReadCommitted, &ends).await;
+    assert_eq!(
+        read.get(&0).cloned().unwrap_or_default(),
+        vec!["committed".to_string()]
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "waited for the timeout"
+    );
+    server.stop().await;
+}
