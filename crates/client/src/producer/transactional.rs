@@ -953,3 +953,48 @@ impl Producer {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(step: Step<()>) -> String {
+        match step {
+            Step::Done(()) => "done".into(),
+            Step::Retry { refind: true, .. } => "refind".into(),
+            Step::Retry { refind: false, .. } => "retry".into(),
+            Step::Fatal(e) => format!("fatal {:?}", e.response_error()),
+            Step::Abortable(e) => format!("abortable {:?}", e.response_error()),
+            Step::AbortableIfPossible(e) => format!("bump {:?}", e.response_error()),
+        }
+    }
+
+    /// EndTxn, AddOffsetsToTxn and AddPartitionsToTxn errors as Kafka's
+    /// handlers treat them.
+    #[test]
+    fn transactional_errors_are_classified_as_kafkas_client_does() {
+        let cases = [
+            (16, "refind"),                     // NOT_COORDINATOR
+            (15, "refind"),                     // COORDINATOR_NOT_AVAILABLE
+            (14, "retry"),                      // COORDINATOR_LOAD_IN_PROGRESS
+            (51, "retry"),                      // CONCURRENT_TRANSACTIONS
+            (47, "fatal Some(ProducerFenced)"), // INVALID_PRODUCER_EPOCH
+            (90, "fatal Some(ProducerFenced)"), // PRODUCER_FENCED
+            (53, "fatal Some(TransactionalIdAuthorizationFailed)"),
+            (48, "fatal Some(InvalidTxnState)"),
+            (49, "bump Some(InvalidProducerIdMapping)"),
+            (59, "bump Some(UnknownProducerId)"),
+            (120, "abortable Some(TransactionAbortable)"),
+            (30, "abortable Some(GroupAuthorizationFailed)"),
+            (42, "fatal Some(InvalidRequest)"),
+        ];
+        for (code, want) in cases {
+            assert_eq!(kind(classify(code, "EndTxn")), want, "code {code}");
+        }
+        let e = match classify::<()>(47, "EndTxn") {
+            Step::Fatal(e) => e,
+            other => panic!("{}", kind(other)),
+        };
+        assert!(e.to_string().contains("fences the current one"), "{e}");
+    }
+}
