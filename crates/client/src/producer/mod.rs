@@ -122,6 +122,7 @@ mod idempotence;
 mod sender;
 mod transaction;
 mod transactional;
+mod txn_offsets;
 
 pub use transaction::TransactionState;
 

@@ -3,8 +3,8 @@
 //! [`Producer::send_offsets_to_transaction`],
 //! [`Producer::commit_transaction`], [`Producer::abort_transaction`]) and
 //! the requests behind it: FindCoordinator (key type TRANSACTION),
-//! InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit
-//! (to the group coordinator) and EndTxn, each answered as Kafka's
+//! InitProducerId, AddPartitionsToTxn and EndTxn (AddOffsetsToTxn and
+//! TxnOffsetCommit are in `super::txn_offsets`), each answered as Kafka's
 //! `TransactionManager` handlers answer them.
 //!
 //! Transactional requests go one at a time (the `txn_io` lock, which also
@@ -29,12 +29,9 @@ use std::time::Duration;
 
 use proto_kafka::error::ResponseError;
 use proto_kafka::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use proto_kafka::messages::txn_offset_commit_request::{
-    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
-};
 use proto_kafka::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, EndTxnRequest, GroupId,
-    InitProducerIdRequest, ProducerId, TopicName, TransactionalId, TxnOffsetCommitRequest,
+    AddPartitionsToTxnRequest, ApiKey, EndTxnRequest, InitProducerIdRequest, ProducerId, TopicName,
+    TransactionalId,
 };
 use proto_kafka::protocol::{Request, StrBytes};
 use tokio::sync::{watch, Mutex};
@@ -51,11 +48,8 @@ const INIT_PRODUCER_ID_MAX: i16 = 5;
 /// v4+ batches transactions for broker-side verification (transaction
 /// version 2).
 const ADD_PARTITIONS_TO_TXN_MAX: i16 = 3;
-const ADD_OFFSETS_TO_TXN_MAX: i16 = 4;
 /// v5 bumps the epoch on every EndTxn (transaction version 2).
 const END_TXN_MAX: i16 = 4;
-/// v5 implies AddOffsetsToTxn (transaction version 2).
-const TXN_OFFSET_COMMIT_MAX: i16 = 4;
 /// Kafka's `ADD_PARTITIONS_RETRY_BACKOFF_MS`: the first AddPartitionsToTxn
 /// of a transaction retries CONCURRENT_TRANSACTIONS (the previous
 /// transaction's markers) quickly.
@@ -63,7 +57,7 @@ const ADD_PARTITIONS_RETRY_BACKOFF: Duration = Duration::from_millis(20);
 
 /// What a transactional request's answer means (Kafka's handlers).
 #[derive(Debug)]
-enum Step<T> {
+pub(super) enum Step<T> {
     Done(T),
     /// Retry after a backoff (`Some`: this one); `refind` looks the
     /// coordinator up again first.
@@ -86,7 +80,7 @@ fn retry<T>(refind: bool) -> Step<T> {
 
 /// Kafka's `ProducerFencedException`, for PRODUCER_FENCED and (from older
 /// coordinators) INVALID_PRODUCER_EPOCH on transactional APIs.
-fn fenced_error(api: &str) -> ClientError {
+pub(super) fn fenced_error(api: &str) -> ClientError {
     fenced(format!(
         "{api}: there is a newer producer with the same transactionalId which fences the current one"
     ))
@@ -94,7 +88,7 @@ fn fenced_error(api: &str) -> ClientError {
 
 /// The common part of the EndTxn, AddOffsetsToTxn and AddPartitionsToTxn
 /// handlers: how a non-zero error code is handled.
-fn classify<T>(code: i16, api: &str) -> Step<T> {
+pub(super) fn classify<T>(code: i16, api: &str) -> Step<T> {
     let Some(e) = ClientError::from_code(code, None, api) else {
         return Step::Fatal(ClientError::Protocol(format!(
             "{api}: unknown error code {code}"
@@ -131,7 +125,7 @@ fn not_transactional() -> ClientError {
 
 /// Moves the state machine after a failed transactional request and wakes
 /// the sender (which drops or fails batches accordingly).
-fn apply_failure<T>(inner: &Inner, step: Step<T>) -> ClientError {
+pub(super) fn apply_failure<T>(inner: &Inner, step: Step<T>) -> ClientError {
     let e = {
         let mut st = inner.lock();
         let e = match step {
@@ -202,7 +196,7 @@ async fn coordinator(
     Ok(conn)
 }
 
-fn transactional_id(inner: &Inner) -> Result<String> {
+pub(super) fn transactional_id(inner: &Inner) -> Result<String> {
     inner
         .lock()
         .txn
@@ -212,7 +206,7 @@ fn transactional_id(inner: &Inner) -> Result<String> {
 }
 
 /// The producer id and epoch in use.
-fn producer_of(inner: &Inner) -> (i64, i16) {
+pub(super) fn producer_of(inner: &Inner) -> (i64, i16) {
     inner
         .lock()
         .idem
@@ -224,7 +218,7 @@ fn producer_of(inner: &Inner) -> (i64, i16) {
 /// Sends a request built by `build` (for the negotiated version) to the
 /// transaction coordinator until `handle` says it is done or failed;
 /// failures move the state machine ([`apply_failure`]).
-async fn coordinator_request<R: Request, T>(
+pub(super) async fn coordinator_request<R: Request, T>(
     inner: &Inner,
     our_max: i16,
     build: impl Fn(i16) -> R,
@@ -500,181 +494,6 @@ fn is_txn_level(e: ResponseError) -> bool {
     )
 }
 
-/// AddOffsetsToTxn, then TxnOffsetCommit to the group coordinator.
-async fn send_offsets(
-    inner: &Inner,
-    offsets: BTreeMap<TopicPartition, OffsetAndMetadata>,
-    group: ConsumerGroupMetadata,
-) -> Result<()> {
-    let id = transactional_id(inner)?;
-    let (pid, epoch) = producer_of(inner);
-    coordinator_request(
-        inner,
-        ADD_OFFSETS_TO_TXN_MAX,
-        |_| {
-            let mut req = AddOffsetsToTxnRequest::default();
-            req.transactional_id = TransactionalId(StrBytes::from_string(id.clone()));
-            req.producer_id = ProducerId(pid);
-            req.producer_epoch = epoch;
-            req.group_id = GroupId(StrBytes::from_string(group.group_id.clone()));
-            req
-        },
-        |resp, _| match resp.error_code {
-            0 => Step::Done(()),
-            code => classify(code, "AddOffsetsToTxn"),
-        },
-    )
-    .await?;
-    if let Some(t) = inner.lock().txn.as_mut() {
-        t.set_started();
-    }
-    txn_offset_commit(inner, &id, (pid, epoch), offsets, &group).await
-}
-
-/// TxnOffsetCommit until every offset is accepted (Kafka's
-/// `TxnOffsetCommitHandler`): retriable partition errors are sent again,
-/// coordinator errors look the group coordinator up again.
-async fn txn_offset_commit(
-    inner: &Inner,
-    id: &str,
-    (pid, epoch): (i64, i16),
-    mut pending: BTreeMap<TopicPartition, OffsetAndMetadata>,
-    group: &ConsumerGroupMetadata,
-) -> Result<()> {
-    let admin = Admin::from_cluster(inner.cluster.clone());
-    let mut backoff = inner.config.client.retry_backoff;
-    let mut conn: Option<Connection> = None;
-    loop {
-        // Transactional requests go one at a time.
-        let io = inner.txn_io.lock().await;
-        let sent = async {
-            if conn.as_ref().is_none_or(Connection::is_broken) {
-                let broker = admin.find_coordinator(&group.group_id).await?;
-                conn = Some(
-                    Connection::connect(&broker.addr(), inner.cluster.config().connection.clone())
-                        .await?,
-                );
-            }
-            let Some(c) = conn.as_mut() else {
-                return Err(ClientError::Protocol(
-                    "no group coordinator connection".into(),
-                ));
-            };
-            let version = c.version_for(ApiKey::TxnOffsetCommit, TXN_OFFSET_COMMIT_MAX)?;
-            let req = txn_offset_commit_request(id, pid, epoch, &pending, group, version);
-            c.send(&req, version).await
-        }
-        .await;
-        drop(io);
-        let mut step: Option<Step<()>> = None;
-        match sent {
-            Err(e) if e.is_retriable() => conn = None,
-            Err(e) => step = Some(Step::Fatal(e)),
-            Ok(resp) => {
-                for t in &resp.topics {
-                    for p in &t.partitions {
-                        let tp = TopicPartition::new(t.name.0.as_str(), p.partition_index);
-                        let Some(e) = ClientError::from_code(p.error_code, None, "TxnOffsetCommit")
-                        else {
-                            pending.remove(&tp);
-                            continue;
-                        };
-                        match e.response_error() {
-                            Some(
-                                ResponseError::CoordinatorNotAvailable
-                                | ResponseError::NotCoordinator
-                                | ResponseError::RequestTimedOut,
-                            ) => conn = None,
-                            _ if e.is_retriable() => {}
-                            Some(
-                                ResponseError::GroupAuthorizationFailed
-                                | ResponseError::FencedInstanceId
-                                | ResponseError::TransactionAbortable,
-                            ) => step = Some(Step::Abortable(e)),
-                            Some(
-                                ResponseError::UnknownMemberId | ResponseError::IllegalGeneration,
-                            ) => {
-                                step = Some(Step::Abortable(ClientError::CommitFailed(format!(
-                                    "Transaction offset Commit failed due to consumer group \
-                                     metadata mismatch: {e}"
-                                ))));
-                            }
-                            Some(
-                                ResponseError::InvalidProducerEpoch | ResponseError::ProducerFenced,
-                            ) => {
-                                step = Some(Step::Fatal(fenced_error("TxnOffsetCommit")));
-                            }
-                            _ => step = Some(Step::Fatal(e)),
-                        }
-                        if step.is_some() {
-                            break;
-                        }
-                    }
-                    if step.is_some() {
-                        break;
-                    }
-                }
-            }
-        }
-        if let Some(failure) = step {
-            return Err(apply_failure(inner, failure));
-        }
-        if pending.is_empty() {
-            return Ok(());
-        }
-        if inner.lock().closed {
-            return Err(ClientError::IllegalState(
-                "TxnOffsetCommit abandoned: the producer is closed".into(),
-            ));
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(inner.config.client.retry_backoff_max);
-    }
-}
-
-fn txn_offset_commit_request(
-    id: &str,
-    pid: i64,
-    epoch: i16,
-    offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
-    group: &ConsumerGroupMetadata,
-    version: i16,
-) -> TxnOffsetCommitRequest {
-    let mut req = TxnOffsetCommitRequest::default();
-    req.transactional_id = TransactionalId(StrBytes::from_string(id.to_string()));
-    req.group_id = GroupId(StrBytes::from_string(group.group_id.clone()));
-    req.producer_id = ProducerId(pid);
-    req.producer_epoch = epoch;
-    if version >= 3 {
-        req.generation_id = group.generation_id;
-        req.member_id = StrBytes::from_string(group.member_id.clone());
-        req.group_instance_id = group.group_instance_id.clone().map(StrBytes::from_string);
-    }
-    let mut by_topic: BTreeMap<&str, Vec<TxnOffsetCommitRequestPartition>> = BTreeMap::new();
-    for (tp, o) in offsets {
-        let mut p = TxnOffsetCommitRequestPartition::default();
-        p.partition_index = tp.partition;
-        p.committed_offset = o.offset;
-        if version >= 2 {
-            p.committed_leader_epoch = o.leader_epoch.unwrap_or(-1);
-        }
-        p.committed_metadata = Some(StrBytes::from_string(
-            o.metadata.clone().unwrap_or_default(),
-        ));
-        by_topic.entry(tp.topic.as_str()).or_default().push(p);
-    }
-    req.topics = by_topic
-        .into_iter()
-        .map(|(name, partitions)| {
-            let mut t = TxnOffsetCommitRequestTopic::default();
-            t.name = TopicName(StrBytes::from_string(name.to_string()));
-            t.partitions = partitions;
-            t
-        })
-        .collect();
-    req
-}
-
 /// Ends the transaction: waits for its batches (a commit flushes them; an
 /// abort drops those not sent yet), then sends EndTxn unless nothing was
 /// added, then bumps the epoch if an abortable error asked for it.
@@ -917,7 +736,8 @@ impl Producer {
         }
         let inner = self.inner.clone();
         let (offsets, group) = (offsets.clone(), group_metadata.clone());
-        let rx = spawn_op(async move { send_offsets(&inner, offsets, group).await });
+        let rx =
+            spawn_op(async move { super::txn_offsets::send_offsets(&inner, offsets, group).await });
         self.await_op("sendOffsetsToTransaction", rx).await
     }
 
