@@ -881,3 +881,44 @@ async fn close_aborts_the_open_transaction() {
     );
     server.stop().await;
 }
+
+/// A call that outlives `max.block.ms` fails with a timeout but keeps
+/// running: calling it again waits for the same outcome (Kafka's pending
+/// state transition), after which the producer works normally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_init_transactions_is_retried_to_completion() {
+    let server = server().await;
+    server.create_topic("tx-block", 1).await;
+    let mut cfg = ProducerConfig::new(server.client_config()).transactional("tx-block");
+    cfg.max_block_ms = 1;
+    let producer = Producer::new(cfg).await.expect("producer");
+    let mut timeouts = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match producer.init_transactions().await {
+            Ok(()) => break,
+            Err(ClientError::Timeout { api, .. }) => {
+                assert!(api.contains("initTransactions"), "{api}");
+                timeouts += 1;
+            }
+            Err(e) => panic!("init_transactions: {e}"),
+        }
+        assert!(Instant::now() < deadline, "init never completed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(producer.transaction_state(), Some(TransactionState::Ready));
+    let id = producer.producer_id_and_epoch().expect("producer id");
+    // Calling init again now is a new call, refused in READY.
+    assert!(matches!(
+        producer.init_transactions().await,
+        Err(ClientError::IllegalState(_))
+    ));
+    assert_eq!(
+        producer.producer_id_and_epoch(),
+        Some(id),
+        "one InitProducerId"
+    );
+    println!("init_transactions timed out {timeouts} time(s) before completing");
+    producer.close().await.expect("close");
+    server.stop().await;
+}
