@@ -886,8 +886,27 @@ impl Producer {
 
 impl Drop for Producer {
     fn drop(&mut self) {
-        // The sender delivers what is buffered, then exits.
-        self.inner.lock().closed = true;
+        // The sender delivers what is buffered, then exits. A transaction
+        // left open is not committed: its records not sent yet are dropped
+        // (their partitions may never be added) and the coordinator aborts
+        // it after `transaction.timeout.ms` (`close` aborts it at once).
+        {
+            let mut st = self.inner.lock();
+            st.closed = true;
+            let open = st.txn.as_ref().is_some_and(|t| {
+                !matches!(
+                    t.state(),
+                    TransactionState::Uninitialized | TransactionState::Ready
+                )
+            });
+            if open {
+                let e = ClientError::IllegalState(
+                    "the producer was dropped with its transaction open".into(),
+                );
+                sender::abort_new_batches(&mut st, &e);
+            }
+        }
+        self.inner.progress.notify_waiters();
         self.inner.wake.notify_one();
         self.inner.txn_wake.notify_one();
     }
