@@ -371,22 +371,19 @@ impl TransactionManager {
     /// Kafka's `maybeTransitionToErrorState`: a fatal error stops the
     /// producer; any other ends the transaction in an abortable error
     /// (with an epoch bump at the abort, when the coordinator supports it).
+    /// Unlike Kafka, a batch failing while the transaction completes asks
+    /// for the bump too: this client does not repair sequences after a
+    /// failed batch (`adjustSequencesDueToFailedBatch`), the bump resets
+    /// them.
     pub(crate) fn on_error(&mut self, e: &ClientError) {
         if is_fatal(e) {
             self.fatal(e.clone());
             return;
         }
-        if self.can_bump_epoch && !self.is_completing() {
+        if self.can_bump_epoch {
             self.epoch_bump_required = true;
         }
         self.abortable(e.clone());
-    }
-
-    fn is_completing(&self) -> bool {
-        matches!(
-            self.state,
-            TransactionState::CommittingTransaction | TransactionState::AbortingTransaction
-        )
     }
 
     /// Kafka's `transitionToFatalError`.
