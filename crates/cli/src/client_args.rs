@@ -2,7 +2,8 @@
 //! ([`ClientArgs`]: `--bootstrap-server`, `--timeout-ms`) and how to produce
 //! ([`ProducerArgs`]: `--acks`, `--compression`, `--linger-ms`,
 //! `--batch-size`, `--buffer-memory`, `--enable-idempotence`,
-//! `--max-in-flight`), plus the connect helpers built on them.
+//! `--max-in-flight`, `--transactional-id`), plus the connect helpers
+//! built on them.
 
 use std::future::Future;
 use std::time::Duration;
@@ -94,6 +95,11 @@ pub struct ProducerArgs {
     /// idempotence).
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_in_flight: u32,
+    /// `transactional.id`: everything is sent in one transaction, committed
+    /// at the end (aborted on an error), so read_committed consumers see all
+    /// of it or nothing. With several producer instances each uses ID-N.
+    #[arg(long, value_name = "ID")]
+    pub transactional_id: Option<String>,
 }
 
 impl ProducerArgs {
@@ -108,17 +114,55 @@ impl ProducerArgs {
         config.request_timeout = client.timeout();
         config.enable_idempotence = self.enable_idempotence;
         config.max_in_flight = self.max_in_flight as usize;
-        config
-            .validate()
-            .context("invalid producer settings (--acks, --enable-idempotence, --max-in-flight)")?;
+        config.transactional_id = self.transactional_id.clone();
+        config.validate().context(
+            "invalid producer settings (--acks, --enable-idempotence, --max-in-flight, \
+             --transactional-id)",
+        )?;
         Ok(config)
     }
 
-    /// Connects a producer (bounded like [`ClientArgs::connecting`]).
+    /// Connects a producer (bounded like [`ClientArgs::connecting`]); with
+    /// `--transactional-id` it initializes transactions and opens the
+    /// transaction [`commit`] ends.
     pub async fn connect(&self, client: &ClientArgs) -> anyhow::Result<Producer> {
-        let config = self.producer_config(client)?;
-        client.connecting(Producer::new(config)).await
+        self.connect_instance(client, None).await
     }
+
+    /// [`Self::connect`] for producer instance `instance` of several: its
+    /// transactional id gets the suffix `-N`.
+    pub async fn connect_instance(
+        &self,
+        client: &ClientArgs,
+        instance: Option<u32>,
+    ) -> anyhow::Result<Producer> {
+        let mut config = self.producer_config(client)?;
+        if let (Some(id), Some(n)) = (config.transactional_id.as_mut(), instance) {
+            *id = format!("{id}-{n}");
+        }
+        let id = config.transactional_id.clone();
+        let producer = client.connecting(Producer::new(config)).await?;
+        if let Some(id) = id {
+            producer
+                .init_transactions()
+                .await
+                .with_context(|| format!("cannot initialize transactions for {id}"))?;
+            producer.begin_transaction()?;
+        }
+        Ok(producer)
+    }
+}
+
+/// Commits the transaction [`ProducerArgs::connect`] opened for a
+/// transactional producer (flushing its records first); nothing otherwise.
+pub async fn commit(producer: &Producer) -> anyhow::Result<()> {
+    if producer.is_transactional() {
+        producer
+            .commit_transaction()
+            .await
+            .context("cannot commit the transaction")?;
+    }
+    Ok(())
 }
 
 /// The error for a produce to `topic` that failed because the broker

@@ -9,14 +9,15 @@
 //! deliveries outstanding; at end of input the producer flushes and every
 //! delivery is checked. The first failure (unknown topic, bad line,
 //! delivery error) is returned, which `main` prints as one `sluice: ...`
-//! line before exiting non-zero.
+//! line before exiting non-zero. With `--transactional-id` the whole input
+//! is one transaction: committed at the end, aborted on any failure.
 
 use std::collections::VecDeque;
 use std::io::BufRead;
 
 use anyhow::{bail, Context};
 use sluice_client::producer::DeliveryFuture;
-use sluice_client::ProducerRecord;
+use sluice_client::{Producer, ProducerRecord};
 use tokio::sync::mpsc;
 
 use crate::client_args::{parse_kv, produce_error, ClientArgs, ProducerArgs};
@@ -132,6 +133,31 @@ async fn await_delivery(number: u64, delivery: DeliveryFuture) -> anyhow::Result
 
 async fn run_async(args: &ProduceArgs) -> anyhow::Result<()> {
     let producer = args.producer.connect(&args.client).await?;
+    let sent = match send_lines(args, &producer).await {
+        Ok(n) => n,
+        Err(e) => {
+            // Closing aborts the transaction of --transactional-id.
+            let _ = producer.close().await;
+            return Err(e);
+        }
+    };
+    if let Err(e) = crate::client_args::commit(&producer).await {
+        let _ = producer.close().await;
+        return Err(e);
+    }
+    producer
+        .close()
+        .await
+        .context("cannot close the producer")?;
+    if args.verbose {
+        eprintln!("{sent} records sent to {}.", args.topic);
+    }
+    Ok(())
+}
+
+/// Sends every line of stdin and checks every delivery; returns how many
+/// records were sent.
+async fn send_lines(args: &ProduceArgs, producer: &Producer) -> anyhow::Result<u64> {
     let mut lines = spawn_reader();
     let mut in_flight: VecDeque<(u64, DeliveryFuture)> = VecDeque::new();
     let mut sent = 0u64;
@@ -164,14 +190,7 @@ async fn run_async(args: &ProduceArgs) -> anyhow::Result<()> {
     for (n, d) in in_flight {
         await_delivery(n, d).await?;
     }
-    producer
-        .close()
-        .await
-        .context("cannot close the producer")?;
-    if args.verbose {
-        eprintln!("{sent} records sent to {}.", args.topic);
-    }
-    Ok(())
+    Ok(sent)
 }
 
 #[cfg(test)]

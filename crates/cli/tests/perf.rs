@@ -686,3 +686,43 @@ fn consume_and_e2e_help() {
         assert!(out.contains(flag), "{flag} missing: {out}");
     }
 }
+
+/// `perf produce --transactional-id` with two producers: each instance
+/// (`ID-0`, `ID-1`) sends its share in one transaction and commits it, so
+/// a read_committed consumer sees every record.
+#[test]
+fn transactional_producers_commit_their_records() {
+    let s = start_server();
+    create_topic(&s, "perf-txn", 2);
+    let out = ok(&perf_produce(
+        &s,
+        &[
+            "--topic",
+            "perf-txn",
+            "--num-records",
+            "1000",
+            "--record-size",
+            "20",
+            "--producers",
+            "2",
+            "--transactional-id",
+            "perf-tx",
+            "--json",
+        ],
+    ));
+    let j = json_output(&out);
+    assert_eq!(json_num(&j, "records"), 1000.0, "{j}");
+    let out = ok(&sluice(&[
+        "consume",
+        "--bootstrap-server",
+        s.addr.as_str(),
+        "--topic",
+        "perf-txn",
+        "--from-beginning",
+        "--isolation-level",
+        "read_committed",
+        "--idle-timeout-ms",
+        "2000",
+    ]));
+    assert_eq!(out.lines().count(), 1000);
+}

@@ -262,3 +262,71 @@ fn help() {
     let out = ok(&sluice(&["--help"]));
     assert!(out.contains("produce") && out.contains("perf"), "{out}");
 }
+
+/// `--transactional-id`: the input is one transaction. A run that fails
+/// on a bad line aborts it (read_committed consumers see none of it, and
+/// are not held back), a good run commits it.
+#[test]
+fn transactional_id_commits_or_aborts_the_whole_input() {
+    let s = start_server();
+    create_topic(&s, "txn-cli", 2);
+    let out = produce(
+        &s,
+        &[
+            "--topic",
+            "txn-cli",
+            "--key-separator",
+            ":",
+            "--transactional-id",
+            "cli-tx",
+        ],
+        "a:aborted-1\nb:aborted-2\nno separator here\n",
+    );
+    fails_with(&out, "line 3: no key separator");
+    let out = produce(
+        &s,
+        &[
+            "--topic",
+            "txn-cli",
+            "--key-separator",
+            ":",
+            "--transactional-id",
+            "cli-tx",
+            "--verbose",
+        ],
+        "a:committed-1\nb:committed-2\nc:committed-3\n",
+    );
+    ok(&out);
+    assert_eq!(stderr(&out).trim(), "3 records sent to txn-cli.");
+    let read = |isolation: &str| {
+        let out = sluice(&[
+            "consume",
+            "--bootstrap-server",
+            s.addr.as_str(),
+            "--topic",
+            "txn-cli",
+            "--from-beginning",
+            "--isolation-level",
+            isolation,
+            "--idle-timeout-ms",
+            "2000",
+        ]);
+        let mut values: Vec<String> = ok(&out).lines().map(str::to_string).collect();
+        values.sort();
+        values
+    };
+    assert_eq!(
+        read("read_committed"),
+        vec!["committed-1", "committed-2", "committed-3"]
+    );
+    assert_eq!(
+        read("read_uncommitted"),
+        vec![
+            "aborted-1",
+            "aborted-2",
+            "committed-1",
+            "committed-2",
+            "committed-3"
+        ]
+    );
+}

@@ -85,6 +85,27 @@ pub enum ClientError {
         /// Which setting, e.g. `buffer.memory`.
         limit_name: &'static str,
     },
+    /// A call made in a state that does not allow it (Kafka's
+    /// `IllegalStateException`), e.g. a transactional method on a producer
+    /// without `transactional.id`, or `send` outside a transaction. The
+    /// producer's state is unchanged.
+    #[error("illegal state: {0}")]
+    IllegalState(String),
+    /// A transactional producer refuses the call because of an earlier
+    /// error (Kafka's `KafkaException: Cannot execute transactional method
+    /// because we are in an error state`). After an abortable error only
+    /// `abort_transaction` is allowed; after a fatal one nothing is.
+    #[error("cannot execute transactional method because we are in an error state ({}): {cause}", if *.fatal { "fatal" } else { "abortable" })]
+    TransactionState {
+        /// Whether the producer can only be closed.
+        fatal: bool,
+        /// The error that put the producer in this state.
+        cause: Box<ClientError>,
+    },
+    /// A record that was not sent because its transaction was aborted
+    /// (Kafka's `TransactionAbortedException`).
+    #[error("failing batch since transaction was aborted")]
+    TransactionAborted,
 }
 
 impl ClientError {
@@ -112,11 +133,31 @@ impl ClientError {
         }
     }
 
-    /// The decoded [`ResponseError`] when the broker returned one.
+    /// The decoded [`ResponseError`] when the broker returned one (for
+    /// [`ClientError::TransactionState`], its cause's).
     pub fn response_error(&self) -> Option<ResponseError> {
         match self {
             ClientError::Kafka { error, .. } => Some(*error),
+            ClientError::TransactionState { cause, .. } => cause.response_error(),
             _ => None,
+        }
+    }
+
+    /// Whether a transactional producer that returned this error can only
+    /// be closed (Kafka's fatal errors: fenced, unauthorized transactional
+    /// id, unsupported version, or a fatal error state).
+    pub fn is_fatal_transaction_error(&self) -> bool {
+        match self {
+            ClientError::TransactionState { fatal, .. } => *fatal,
+            ClientError::UnsupportedVersion { .. } => true,
+            ClientError::Kafka { error, .. } => matches!(
+                error,
+                ResponseError::ProducerFenced
+                    | ResponseError::TransactionalIdAuthorizationFailed
+                    | ResponseError::ClusterAuthorizationFailed
+                    | ResponseError::UnsupportedVersion
+            ),
+            _ => false,
         }
     }
 
@@ -198,6 +239,12 @@ impl Clone for ClientError {
                 limit: *limit,
                 limit_name,
             },
+            ClientError::IllegalState(s) => ClientError::IllegalState(s.clone()),
+            ClientError::TransactionState { fatal, cause } => ClientError::TransactionState {
+                fatal: *fatal,
+                cause: cause.clone(),
+            },
+            ClientError::TransactionAborted => ClientError::TransactionAborted,
         }
     }
 }

@@ -8,8 +8,8 @@
 //! | [`connection`] | one TCP connection: framing, version negotiation, timeouts |
 //! | [`cluster`] | bootstrap, metadata cache, per-broker connections, retries |
 //! | [`admin`] | topics, configs, groups, offsets, delete records, cluster |
-//! | [`producer`], [`accumulator`], [`partitioner`] | batching, the sender task, the idempotent producer (on by default), murmur2 and sticky partitioning |
-//! | [`consumer`] | group membership, assignors, fetching, commits |
+//! | [`producer`], [`accumulator`], [`partitioner`] | batching, the sender task, the idempotent producer (on by default), the transactional producer (`transactional.id`: the state machine in `producer/transaction.rs`, its requests in `producer/transactional.rs` and `producer/txn_offsets.rs`, design 015), murmur2 and sticky partitioning |
+//! | [`consumer`] | group membership, assignors, fetching (`read_committed` drops aborted transactions), commits, the group metadata a transactional producer commits offsets with |
 //! | [`error`] | [`ClientError`], carrying Kafka's error code and name |
 //!
 //! The example runs for real (`cargo test --doc`): the hidden lines start an

@@ -143,6 +143,7 @@ pub async fn run(args: &PerfE2eArgs) -> anyhow::Result<()> {
         buffer_memory: 33_554_432,
         enable_idempotence: None,
         max_in_flight: 5,
+        transactional_id: None,
     };
     let producer = producer_args.connect(&args.client).await?;
     producer

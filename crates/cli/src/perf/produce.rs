@@ -72,8 +72,12 @@ pub async fn run(args: &PerfProduceArgs) -> anyhow::Result<()> {
     let payloads = Arc::new(payloads(args)?);
     // Connect every producer (and learn the topic) before the clock starts.
     let mut producers = Vec::with_capacity(args.producers as usize);
-    for _ in 0..args.producers {
-        let p = args.producer.connect(&args.client).await?;
+    for i in 0..args.producers {
+        let instance = (args.producers > 1).then_some(i);
+        let p = args
+            .producer
+            .connect_instance(&args.client, instance)
+            .await?;
         p.cluster()
             .refresh_creating(std::slice::from_ref(&args.topic))
             .await
@@ -285,6 +289,7 @@ async fn produce_share(
             .with_context(|| format!("cannot produce to {topic}"))?;
     }
     producer.flush().await;
+    crate::client_args::commit(&producer).await?;
     producer
         .close()
         .await

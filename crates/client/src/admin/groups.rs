@@ -32,6 +32,8 @@ const DESCRIBE_GROUPS_MAX: i16 = 6;
 const DELETE_GROUPS_MAX: i16 = 2;
 /// FindCoordinator key type of consumer groups.
 const KEY_TYPE_GROUP: i8 = 0;
+/// FindCoordinator key type of transactional ids.
+const KEY_TYPE_TRANSACTION: i8 = 1;
 /// Highest `ConsumerProtocolAssignment` version proto-kafka decodes; newer
 /// versions only append fields, so they are read with this layout.
 const ASSIGNMENT_MAX: i16 = 3;
@@ -179,28 +181,54 @@ impl Admin {
             .await
     }
 
-    /// One FindCoordinator round trip, no retries.
+    /// The transaction coordinator of `transactional_id` (FindCoordinator,
+    /// key type 1; needs FindCoordinator v1+). Retries while the
+    /// coordinator is not available.
+    pub async fn find_transaction_coordinator(&self, transactional_id: &str) -> Result<BrokerInfo> {
+        self.cluster
+            .with_retries("find transaction coordinator", || {
+                self.lookup(KEY_TYPE_TRANSACTION, transactional_id)
+            })
+            .await
+    }
+
+    /// One FindCoordinator round trip for a group, no retries.
     async fn lookup_coordinator(&self, group: &str) -> Result<BrokerInfo> {
+        self.lookup(KEY_TYPE_GROUP, group).await
+    }
+
+    /// One FindCoordinator round trip, no retries.
+    async fn lookup(&self, key_type: i8, key: &str) -> Result<BrokerInfo> {
         let (resp, version) = self
             .send_once(None, FIND_COORDINATOR_MAX, |v| {
+                if v == 0 && key_type != KEY_TYPE_GROUP {
+                    return Err(ClientError::UnsupportedVersion {
+                        api: "FindCoordinator v1+ (key type TRANSACTION)".into(),
+                        addr: String::new(),
+                    });
+                }
                 let mut req = FindCoordinatorRequest::default();
                 if v >= 1 {
-                    req.key_type = KEY_TYPE_GROUP;
+                    req.key_type = key_type;
                 }
                 if v >= 4 {
-                    req.coordinator_keys = vec![s(group)];
+                    req.coordinator_keys = vec![s(key)];
                 } else {
-                    req.key = s(group);
+                    req.key = s(key);
                 }
                 Ok(req)
             })
             .await?;
-        let context = format!("find coordinator of group {group}");
+        let context = if key_type == KEY_TYPE_GROUP {
+            format!("find coordinator of group {key}")
+        } else {
+            format!("find coordinator of transactional id {key}")
+        };
         if version >= 4 {
             let c = resp
                 .coordinators
                 .iter()
-                .find(|c| c.key.as_str() == group)
+                .find(|c| c.key.as_str() == key)
                 .ok_or_else(|| ClientError::Protocol(format!("{context}: no answer")))?;
             check(c.error_code, msg(&c.error_message), context)?;
             Ok(BrokerInfo {

@@ -56,6 +56,7 @@ mod buffer;
 pub mod config;
 mod coordinator;
 mod fetcher;
+mod group_metadata;
 mod membership;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -72,6 +73,7 @@ use tokio::sync::oneshot;
 pub use crate::admin::{IsolationLevel, OffsetAndMetadata};
 pub use assignor::{PartitionAssignor, RebalanceProtocol};
 pub use config::{ConsumerConfig, OffsetReset};
+pub use group_metadata::ConsumerGroupMetadata;
 
 use crate::admin::{Admin, OffsetSpec};
 use crate::cluster::Cluster;
@@ -514,6 +516,21 @@ impl Consumer {
                 })
             })
             .collect()
+    }
+
+    /// Kafka's `groupMetadata()`: the group id, generation, member id and
+    /// group instance id, for
+    /// [`Producer::send_offsets_to_transaction`](crate::Producer::send_offsets_to_transaction).
+    /// Fails without a `group.id`.
+    pub fn group_metadata(&self) -> Result<ConsumerGroupMetadata> {
+        let link = self.link()?;
+        let st = link.state();
+        Ok(ConsumerGroupMetadata {
+            group_id: link.group_id.clone(),
+            generation_id: st.generation,
+            member_id: st.member_id.clone(),
+            group_instance_id: link.instance_id.clone(),
+        })
     }
 
     fn link(&self) -> Result<Arc<Link>> {

@@ -29,6 +29,13 @@
 //! - Fatal errors (cluster authorization, fenced producer, unsupported
 //!   version, an InitProducerId error that is not retriable) stop the
 //!   producer: [`Idempotence::fatal`].
+//!
+//! A transactional producer ([`Idempotence::new_transactional`]) keeps the
+//! sequence rules but never bumps its epoch locally: the producer id comes
+//! from the transaction manager (`super::transaction`), a batch that fails
+//! for good makes the transaction abortable, and the abort bumps the epoch
+//! through the coordinator (InitProducerId with the current id and epoch,
+//! KIP-360), which resets every sequence ([`Idempotence::reset_sequences`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -144,6 +151,8 @@ pub(crate) struct Idempotence {
     /// Partitions with batches of unknown outcome: the sequence expected
     /// after the last of them.
     unresolved: HashMap<TopicPartition, i32>,
+    /// Owned by a transactional producer (no local epoch bumps).
+    transactional: bool,
 }
 
 impl Idempotence {
@@ -156,7 +165,33 @@ impl Idempotence {
             rewrite: BTreeSet::new(),
             partitions: HashMap::new(),
             unresolved: HashMap::new(),
+            transactional: false,
         }
+    }
+
+    /// The state of a transactional producer: the producer id is set by
+    /// the transaction manager, never asked for by the sender.
+    pub(crate) fn new_transactional() -> Self {
+        Self {
+            transactional: true,
+            ..Self::new()
+        }
+    }
+
+    /// A new producer id or epoch from the transaction coordinator: every
+    /// partition starts over at sequence 0 (Kafka's `resetSequenceNumbers`).
+    pub(crate) fn reset_sequences(&mut self, id: i64, epoch: i16) {
+        tracing::debug!(
+            producer_id = id,
+            epoch,
+            "producer id and epoch set; sequences reset"
+        );
+        self.producer = Some((id, epoch));
+        self.init = Init::Ready;
+        self.bump_required = false;
+        self.rewrite.clear();
+        self.partitions.clear();
+        self.unresolved.clear();
     }
 
     /// The producer id and epoch new batches get, once known.
@@ -172,7 +207,11 @@ impl Idempotence {
     /// Whether the sender should send InitProducerId now (marks it as in
     /// flight when so).
     pub(crate) fn needs_producer_id(&mut self) -> bool {
-        if self.fatal.is_none() && self.producer.is_none() && self.init == Init::Needed {
+        if !self.transactional
+            && self.fatal.is_none()
+            && self.producer.is_none()
+            && self.init == Init::Needed
+        {
             self.init = Init::Requesting;
             return true;
         }
@@ -243,6 +282,10 @@ impl Idempotence {
     }
 
     fn request_bump(&mut self, tp: &TopicPartition) {
+        if self.transactional {
+            // Only the coordinator bumps a transactional producer's epoch.
+            return;
+        }
         self.bump_required = true;
         self.rewrite.insert(tp.clone());
     }
@@ -389,6 +432,9 @@ impl Idempotence {
             .get(tp)
             .and_then(|p| p.tracked.get(&id))
             .copied();
+        if self.transactional {
+            return self.can_retry_transactional(tp, tracked, e, log_start_offset);
+        }
         match e.response_error() {
             Some(ResponseError::UnknownProducerId) => {
                 if log_start_offset == -1 || tracked.is_some_and(|a| a.reset) {
@@ -422,6 +468,44 @@ impl Idempotence {
         }
     }
 
+    /// `canRetry` for a transactional producer: a lost producer state after
+    /// the log start moved past everything acknowledged restarts the
+    /// partition's sequences (the transaction goes on); an
+    /// `OUT_OF_ORDER_SEQUENCE_NUMBER` behind a missing batch is retried; any
+    /// other sequence error fails the batch (and so the transaction).
+    fn can_retry_transactional(
+        &mut self,
+        tp: &TopicPartition,
+        tracked: Option<Assigned>,
+        e: &ClientError,
+        log_start_offset: i64,
+    ) -> bool {
+        match e.response_error() {
+            Some(ResponseError::UnknownProducerId) => {
+                if log_start_offset == -1 || tracked.is_some_and(|a| a.reset) {
+                    return true;
+                }
+                let producer = self.producer.unwrap_or((-1, -1));
+                let Some(p) = self.partitions.get_mut(tp) else {
+                    return false;
+                };
+                if p.last_acked_offset < log_start_offset {
+                    p.start_at_beginning(producer);
+                    return true;
+                }
+                false
+            }
+            Some(ResponseError::OutOfOrderSequenceNumber) => {
+                let Some(a) = tracked else {
+                    return false;
+                };
+                !self.unresolved.contains_key(tp)
+                    && (a.reset || !self.is_next_sequence(tp, a.info.base_sequence))
+            }
+            _ => e.is_retriable(),
+        }
+    }
+
     /// A tracked batch ended without acknowledgement (`handleFailedBatch`;
     /// expiries included): fatal errors stop the producer; otherwise the
     /// partition's sequences are repaired (epoch bump, reset, or marked
@@ -446,6 +530,14 @@ impl Idempotence {
         let Some(a) = assigned else {
             return;
         };
+        if self.transactional {
+            // The transaction becomes abortable; its abort resets the
+            // sequences with the bumped epoch.
+            if e.response_error() == Some(ResponseError::UnknownProducerId) {
+                self.partitions.remove(tp);
+            }
+            return;
+        }
         match (e.response_error(), failure) {
             (Some(ResponseError::OutOfOrderSequenceNumber), _) => self.request_bump(tp),
             (Some(ResponseError::UnknownProducerId), _) => {

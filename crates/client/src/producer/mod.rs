@@ -10,7 +10,7 @@
 //! flush), groups ready partitions by leader and builds `Produce` requests
 //! with one batch per partition. Each broker has a writer task that writes
 //! its requests in order on the broker's pipelined
-//! [`Connection`](crate::connection::Connection) and does not wait for a
+//! [`Connection`] and does not wait for a
 //! response before writing the next request: up to
 //! `max.in.flight.requests.per.connection` ([`ProducerConfig::max_in_flight`],
 //! default 5) Produce requests may be outstanding per broker. Retriable
@@ -55,6 +55,39 @@
 //! partitions of one broker overlap. `max_in_flight = 1` allows only one
 //! outstanding Produce request per broker either way.
 //!
+//! # Transactions
+//!
+//! With `transactional.id` ([`ProducerConfig::transactional_id`]) the
+//! producer is transactional, as Kafka's: [`Producer::init_transactions`]
+//! once (it fences older producers with the same id), then
+//! [`Producer::begin_transaction`], sends,
+//! [`Producer::send_offsets_to_transaction`] for consume-transform-produce,
+//! and [`Producer::commit_transaction`] or
+//! [`Producer::abort_transaction`]. A partition's batches are sent only
+//! once AddPartitionsToTxn added it to the transaction. Errors are fatal
+//! (fenced, unauthorized: only closing is left) or abortable (a failed
+//! batch: only the abort is allowed, and it bumps the epoch), as Kafka's
+//! `TransactionManager` classifies them ([`TransactionState`]; design 015).
+//!
+//! ```no_run
+//! # async fn demo() -> sluice_client::Result<()> {
+//! use sluice_client::{ClientConfig, Producer, ProducerConfig, ProducerRecord};
+//!
+//! let config = ProducerConfig::new(ClientConfig::new("127.0.0.1:9092")).transactional("payments-1");
+//! let producer = Producer::new(config).await?;
+//! producer.init_transactions().await?;
+//! producer.begin_transaction()?;
+//! producer.send(ProducerRecord::new("debits", b"100".to_vec())).await?;
+//! producer.send(ProducerRecord::new("credits", b"100".to_vec())).await?;
+//! match producer.commit_transaction().await {
+//!     Ok(()) => {}
+//!     Err(e) if e.is_fatal_transaction_error() => return Err(e),
+//!     Err(_) => producer.abort_transaction().await?,
+//! }
+//! producer.close().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Delivery timeout
 //!
 //! `delivery.timeout.ms` bounds the time from a batch's creation to its
@@ -87,6 +120,11 @@
 
 mod idempotence;
 mod sender;
+mod transaction;
+mod transactional;
+mod txn_offsets;
+
+pub use transaction::TransactionState;
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -103,6 +141,7 @@ use crate::accumulator::{
     AccumulatorConfig, AppendOutcome, BatchId, RecordAccumulator, TopicPartition,
 };
 use crate::cluster::{ClientConfig, Cluster, TopicInfo};
+use crate::connection::Connection;
 use crate::error::{ClientError, Result};
 use crate::partitioner::Partitioner;
 
@@ -145,6 +184,15 @@ pub struct ProducerConfig {
     /// either of those is a configuration error, as is idempotence (set or
     /// default) with `max_in_flight` above 5.
     pub enable_idempotence: Option<bool>,
+    /// `transactional.id`: makes the producer transactional (see
+    /// [`Producer::init_transactions`]). Implies idempotence, so it needs
+    /// `acks` all, `retries` above 0, at most 5 in flight and
+    /// `enable.idempotence` not false.
+    pub transactional_id: Option<String>,
+    /// `transaction.timeout.ms`: how long the coordinator lets a
+    /// transaction stay open before aborting it (default 60000; the
+    /// broker refuses more than its `transaction.max.timeout.ms`).
+    pub transaction_timeout_ms: u64,
 }
 
 impl ProducerConfig {
@@ -163,7 +211,16 @@ impl ProducerConfig {
             max_block_ms: 60_000,
             max_in_flight: 5,
             enable_idempotence: None,
+            transactional_id: None,
+            transaction_timeout_ms: 60_000,
         }
+    }
+
+    /// Sets `transactional.id`.
+    #[must_use]
+    pub fn transactional(mut self, transactional_id: &str) -> Self {
+        self.transactional_id = Some(transactional_id.to_string());
+        self
     }
 
     /// Whether the producer is idempotent, by Kafka's rules
@@ -172,17 +229,21 @@ impl ProducerConfig {
     /// and `max_in_flight` at most 5; by default it is on unless `acks` or
     /// `retries` say otherwise, and then too `max_in_flight` must be at
     /// most 5.
+    /// A `transactional.id` counts as explicitly enabling idempotence.
     pub fn idempotence(&self) -> Result<bool> {
         let explicit = match self.enable_idempotence {
             Some(false) => return Ok(false),
             Some(true) => true,
-            None => false,
+            None => self.transactional_id.is_some(),
+        };
+        let why = match &self.transactional_id {
+            Some(id) => format!("transactional.id={id}"),
+            None => "enable.idempotence=true".to_string(),
         };
         if self.acks != -1 {
             if explicit {
                 return Err(ClientError::InvalidArgument(format!(
-                    "acks must be all (-1) to use the idempotent producer, not {} \
-                     (enable.idempotence=true)",
+                    "acks must be all (-1) to use the idempotent producer, not {} ({why})",
                     self.acks
                 )));
             }
@@ -190,11 +251,9 @@ impl ProducerConfig {
         }
         if self.retries == 0 {
             if explicit {
-                return Err(ClientError::InvalidArgument(
-                    "retries must be above 0 to use the idempotent producer \
-                     (enable.idempotence=true)"
-                        .into(),
-                ));
+                return Err(ClientError::InvalidArgument(format!(
+                    "retries must be above 0 to use the idempotent producer ({why})"
+                )));
             }
             return Ok(false);
         }
@@ -221,6 +280,26 @@ impl ProducerConfig {
             return Err(ClientError::InvalidArgument(
                 "max.in.flight.requests.per.connection must be at least 1".into(),
             ));
+        }
+        if let Some(id) = &self.transactional_id {
+            if self.enable_idempotence == Some(false) {
+                return Err(ClientError::InvalidArgument(format!(
+                    "Cannot set a transactional.id ({id}) without also enabling idempotence \
+                     (enable.idempotence=false)"
+                )));
+            }
+            if id.is_empty() {
+                return Err(ClientError::InvalidArgument(
+                    "transactional.id must not be empty".into(),
+                ));
+            }
+            if self.transaction_timeout_ms == 0 || self.transaction_timeout_ms > i32::MAX as u64 {
+                return Err(ClientError::InvalidArgument(format!(
+                    "transaction.timeout.ms must be between 1 and {}, not {}",
+                    i32::MAX,
+                    self.transaction_timeout_ms
+                )));
+            }
         }
         self.idempotence()?;
         let request_ms = u64::try_from(self.request_timeout.as_millis()).unwrap_or(u64::MAX);
@@ -393,6 +472,8 @@ struct State {
     failures: HashMap<BatchId, u32>,
     /// Producer id, epoch and sequences when idempotent.
     idem: Option<idempotence::Idempotence>,
+    /// Transaction state when transactional.
+    txn: Option<transaction::TransactionManager>,
     closed: bool,
 }
 
@@ -406,6 +487,11 @@ struct Inner {
     wake: Notify,
     /// Signalled when memory is freed or a batch completes.
     progress: Notify,
+    /// Transactional requests go one at a time, to the transaction
+    /// coordinator's connection kept here (found on first use).
+    txn_io: tokio::sync::Mutex<Option<Arc<tokio::sync::Mutex<Connection>>>>,
+    /// Wakes the AddPartitionsToTxn task (partitions to add, close).
+    txn_wake: Notify,
 }
 
 impl Inner {
@@ -420,6 +506,34 @@ impl Inner {
     /// The instant `ms` milliseconds after the producer started.
     fn instant_at(&self, ms: u64) -> Instant {
         self.start + Duration::from_millis(ms)
+    }
+
+    /// Sends every buffered record now (ignoring `linger.ms`) and waits
+    /// until none is buffered or in flight.
+    async fn flush(&self) {
+        {
+            let mut st = self.lock();
+            st.flushers += 1;
+            st.acc.begin_flush();
+        }
+        self.wake.notify_one();
+        loop {
+            let notified = self.progress.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let st = self.lock();
+                if !st.acc.has_undrained() && st.in_flight == 0 {
+                    break;
+                }
+            }
+            notified.await;
+        }
+        let mut st = self.lock();
+        st.flushers -= 1;
+        if st.flushers == 0 {
+            st.acc.end_flush();
+        }
     }
 }
 
@@ -479,12 +593,26 @@ impl Producer {
     pub fn with_cluster(mut config: ProducerConfig, cluster: Arc<Cluster>) -> Self {
         config.max_in_flight = config.max_in_flight.max(1);
         let idempotent = config.idempotence().unwrap_or(false);
-        let acc = RecordAccumulator::new(AccumulatorConfig {
+        let mut acc = RecordAccumulator::new(AccumulatorConfig {
             batch_size: config.batch_size,
             linger_ms: config.linger_ms,
             buffer_memory: config.buffer_memory,
             compression: config.compression,
         });
+        let txn = config
+            .transactional_id
+            .clone()
+            .filter(|_| idempotent)
+            .map(|id| {
+                let timeout = i32::try_from(config.transaction_timeout_ms).unwrap_or(i32::MAX);
+                transaction::TransactionManager::new(id, timeout)
+            });
+        acc.set_transactional(txn.is_some());
+        let idem = match (&txn, idempotent) {
+            (Some(_), _) => Some(idempotence::Idempotence::new_transactional()),
+            (None, true) => Some(idempotence::Idempotence::new()),
+            (None, false) => None,
+        };
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
                 acc,
@@ -498,7 +626,8 @@ impl Producer {
                 refreshing: false,
                 flushers: 0,
                 failures: HashMap::new(),
-                idem: idempotent.then(idempotence::Idempotence::new),
+                idem,
+                txn,
                 closed: false,
             }),
             config,
@@ -506,7 +635,12 @@ impl Producer {
             start: Instant::now(),
             wake: Notify::new(),
             progress: Notify::new(),
+            txn_io: tokio::sync::Mutex::new(None),
+            txn_wake: Notify::new(),
         });
+        if inner.lock().txn.is_some() {
+            tokio::spawn(transactional::add_partitions_task(inner.clone()));
+        }
         let sender = tokio::spawn(sender::run_sender(inner.clone()));
         Self {
             inner,
@@ -624,6 +758,10 @@ impl Producer {
                 if st.closed {
                     return Err(ClientError::InvalidArgument("producer is closed".into()));
                 }
+                if let Some(txn) = st.txn.as_ref() {
+                    // Fatal and abortable errors first, as Kafka's send.
+                    txn.maybe_fail(st.idem.as_ref().and_then(|i| i.producer()))?;
+                }
                 if let Some(e) = st.idem.as_ref().and_then(|i| i.fatal()) {
                     return Err(e.clone());
                 }
@@ -640,8 +778,26 @@ impl Producer {
                         choice.partition
                     )));
                 };
+                let producer = st.idem.as_ref().and_then(|i| i.producer());
+                if let Some(txn) = st.txn.as_mut() {
+                    txn.check_send(tp, producer)?;
+                }
                 let now = self.inner.now_ms();
-                match st.acc.append(tp, rec, now)? {
+                let appended = match st.acc.append(tp, rec, now) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Kafka: a record the producer refuses fails the
+                        // transaction too.
+                        if let Some(txn) = st.txn.as_mut() {
+                            txn.on_error(&e);
+                        }
+                        return Err(e);
+                    }
+                };
+                if st.txn.as_mut().is_some_and(|t| t.maybe_add_partition(tp)) {
+                    self.inner.txn_wake.notify_one();
+                }
+                match appended {
                     AppendOutcome::Appended {
                         handle,
                         size,
@@ -693,36 +849,28 @@ impl Producer {
     /// Sends every buffered record now (ignoring `linger.ms`) and waits until
     /// all records sent before the call completed (acknowledged or failed).
     pub async fn flush(&self) {
-        self.inner.lock().flushers += 1;
-        {
-            let mut st = self.inner.lock();
-            st.acc.begin_flush();
-        }
-        self.inner.wake.notify_one();
-        loop {
-            let notified = self.inner.progress.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let st = self.inner.lock();
-                if !st.acc.has_undrained() && st.in_flight == 0 {
-                    break;
-                }
-            }
-            notified.await;
-        }
-        let mut st = self.inner.lock();
-        st.flushers -= 1;
-        if st.flushers == 0 {
-            st.acc.end_flush();
-        }
+        self.inner.flush().await;
     }
 
-    /// Flushes, stops the sender task and rejects further sends.
+    /// Flushes, stops the sender task and rejects further sends. A
+    /// transactional producer first aborts its open transaction, as
+    /// Kafka's does.
     pub async fn close(&self) -> Result<()> {
+        let ongoing = self.inner.lock().txn.as_ref().is_some_and(|t| {
+            matches!(
+                t.state(),
+                TransactionState::InTransaction | TransactionState::AbortableError
+            )
+        });
+        if ongoing {
+            if let Err(e) = self.abort_transaction().await {
+                tracing::warn!(%e, "aborting the open transaction at close failed");
+            }
+        }
         self.flush().await;
         self.inner.lock().closed = true;
         self.inner.wake.notify_one();
+        self.inner.txn_wake.notify_one();
         let task = self
             .sender
             .lock()
@@ -738,9 +886,29 @@ impl Producer {
 
 impl Drop for Producer {
     fn drop(&mut self) {
-        // The sender delivers what is buffered, then exits.
-        self.inner.lock().closed = true;
+        // The sender delivers what is buffered, then exits. A transaction
+        // left open is not committed: its records not sent yet are dropped
+        // (their partitions may never be added) and the coordinator aborts
+        // it after `transaction.timeout.ms` (`close` aborts it at once).
+        {
+            let mut st = self.inner.lock();
+            st.closed = true;
+            let open = st.txn.as_ref().is_some_and(|t| {
+                !matches!(
+                    t.state(),
+                    TransactionState::Uninitialized | TransactionState::Ready
+                )
+            });
+            if open {
+                let e = ClientError::IllegalState(
+                    "the producer was dropped with its transaction open".into(),
+                );
+                sender::abort_new_batches(&mut st, &e);
+            }
+        }
+        self.inner.progress.notify_waiters();
         self.inner.wake.notify_one();
+        self.inner.txn_wake.notify_one();
     }
 }
 

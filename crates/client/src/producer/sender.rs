@@ -8,6 +8,11 @@
 //! (InitProducerId, [`init_producer_id`]) and lets the idempotence state
 //! (`super::idempotence`) decide what may be drained, which sequences new
 //! batches get, and what a failed batch means for the partition.
+//! For a transactional producer it drains a partition only once it is in
+//! the transaction (AddPartitionsToTxn answered), drops the batches not
+//! sent yet when the transaction failed or is aborted, and reports every
+//! batch that fails for good to the transaction state (an abortable or
+//! fatal error, `super::transaction`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -78,6 +83,13 @@ pub(super) async fn run_sender(inner: Arc<Inner>) {
             }
             let now = inner.now_ms();
             let mut expired = expire_undrained(&inner, &mut st, now);
+            let abort = st
+                .txn
+                .as_ref()
+                .and_then(super::transaction::TransactionManager::abort_new_batches_with);
+            if let Some(e) = abort {
+                expired |= abort_new_batches(&mut st, &e) > 0;
+            }
             if let Some(idem) = st.idem.as_mut() {
                 if let Some(e) = idem.fatal().cloned() {
                     expired |= abort_all(&mut st, &e);
@@ -217,6 +229,10 @@ fn plan(
 /// stamped with their producer id, epoch and sequence, retries rewritten
 /// when an epoch bump reset their sequence.
 fn drain_one(st: &mut State, tp: &TopicPartition, now: u64) -> Result<Option<ReadyBatch>> {
+    if st.txn.as_ref().is_some_and(|t| !t.is_send_allowed(tp)) {
+        // Not in the transaction yet (or the producer failed).
+        return Ok(None);
+    }
     let Some(idem) = st.idem.as_mut() else {
         return st.acc.drain_next(tp, now, ProducerInfo::default());
     };
@@ -255,6 +271,33 @@ fn abort_all(st: &mut State, e: &ClientError) -> bool {
         fail_batch_records(st, *id, e);
     }
     !pending.is_empty()
+}
+
+/// Drops the batches of a transactional producer that were never sent
+/// (their partitions may not even be in the transaction), failing their
+/// records with `e`; retries of sent batches still go out. Returns how
+/// many batches were dropped.
+pub(super) fn abort_new_batches(st: &mut State, e: &ClientError) -> usize {
+    let ids = st.acc.abort_new_batches();
+    for id in &ids {
+        st.failures.remove(id);
+        fail_batch_records(st, *id, e);
+    }
+    ids.len()
+}
+
+/// A batch of a transactional producer failed for good: the transaction
+/// fails too (abortable, or fatal for fenced and unauthorized producers).
+fn transaction_failed(st: &mut State, e: &ClientError) {
+    let Some(t) = st.txn.as_mut() else {
+        return;
+    };
+    t.on_error(e);
+    if t.state() == super::TransactionState::FatalError {
+        if let Some(i) = st.idem.as_mut() {
+            i.set_fatal(e.clone());
+        }
+    }
 }
 
 /// Asks any broker for a producer id (InitProducerId without a
@@ -452,6 +495,7 @@ async fn await_response(
                             &format!("broker {leader}"),
                         );
                         fail_batch_records(&mut st, b.id, &e);
+                        transaction_failed(&mut st, &e);
                     }
                 }
             }
@@ -572,6 +616,7 @@ fn expire_undrained(inner: &Inner, st: &mut State, now: u64) -> bool {
         );
         tracing::debug!(%e, "expiring batch");
         fail_batch_records(st, b.id, &e);
+        transaction_failed(st, &e);
         st.failures.remove(&b.id);
         if let Some(idem) = st.idem.as_mut() {
             // A retry that expired may have been written by an earlier
@@ -712,6 +757,7 @@ fn complete(
                 e.clone()
             };
             fail_batch_records(st, batch.id, &reported);
+            transaction_failed(st, &reported);
             if let Some(idem) = st.idem.as_mut() {
                 idem.on_failed(&batch.tp, batch.id, &e, failure_kind(&e));
             }
