@@ -96,21 +96,10 @@ impl TransactionState {
     }
 }
 
-/// Errors that make a transactional producer unusable (Kafka's
-/// `maybeTransitionToErrorState` and the handlers' fatal cases).
-pub(crate) fn is_fatal(e: &ClientError) -> bool {
-    match e {
-        ClientError::UnsupportedVersion { .. } => true,
-        ClientError::Kafka { error, .. } => matches!(
-            error,
-            ResponseError::ClusterAuthorizationFailed
-                | ResponseError::TransactionalIdAuthorizationFailed
-                | ResponseError::ProducerFenced
-                | ResponseError::UnsupportedVersion
-        ),
-        _ => false,
-    }
-}
+/// Errors that make a transactional producer unusable: the same as the
+/// idempotent producer's (Kafka's `maybeTransitionToErrorState`); the
+/// transaction APIs' own fatal cases are classified where they answer.
+pub(crate) use super::idempotence::is_fatal;
 
 /// The outcome of an API call running in the background, kept when the
 /// caller stopped waiting (`max.block.ms`) so that retrying the same call
