@@ -9,12 +9,14 @@
 //!
 //! | module | owns |
 //! |---|---|
+//! | [`assignor`] | the streams assignor (`"stream"`): task placement, subscription/assignment user data |
 //! | [`task_id`] | [`TaskId`]: sub-topology × partition, printed `0_1` as Kafka does |
 //! | [`state`] | the state store traits every store implements |
 //! | [`error`] | [`StreamsError`] |
 
 #![warn(missing_docs)]
 
+pub mod assignor;
 pub mod error;
 pub mod state;
 pub mod task_id;
