@@ -50,6 +50,11 @@ pub enum StreamsError {
     /// the message names every topic with its count.
     #[error("{0}")]
     Copartitioning(String),
+    /// A task's local state cannot be trusted (Kafka's
+    /// `TaskCorruptedException`): its stores are wiped and restored from
+    /// scratch.
+    #[error("task corrupted: {0}")]
+    TaskCorrupted(String),
     /// The operation is not allowed in the client's current state.
     #[error("illegal state: {0}")]
     IllegalState(String),

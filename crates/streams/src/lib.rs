@@ -10,6 +10,8 @@
 //! | module | owns |
 //! |---|---|
 //! | [`assignor`] | the streams assignor (`"stream"`): task placement, subscription/assignment user data |
+//! | [`internal_topics`] | changelog and repartition topics: names, configs, creation, co-partitioning, purging |
+//! | [`restore`] | changelog restoration (`StoreChangelogReader`) |
 //! | [`task_id`] | [`TaskId`]: sub-topology × partition, printed `0_1` as Kafka does |
 //! | [`state`] | the state store traits every store implements |
 //! | [`error`] | [`StreamsError`] |
@@ -18,6 +20,8 @@
 
 pub mod assignor;
 pub mod error;
+pub mod internal_topics;
+pub mod restore;
 pub mod state;
 pub mod task_id;
 

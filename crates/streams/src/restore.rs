@@ -1,0 +1,185 @@
+//! Changelog restoration (Kafka's `StoreChangelogReader`): before a task
+//! processes anything, each of its stores is brought up to date from its
+//! changelog partition.
+//!
+//! A restore consumer (no group, manual assignment) reads every changelog
+//! partition from the store's checkpoint (the offset after the last
+//! record the store holds) or, without a checkpoint, from the log start, up
+//! to the end offset captured when restoration began. Each record is
+//! applied to the store: a value is a put, a null value (tombstone) a
+//! delete; records without a key are skipped. The number of records
+//! applied is reported per store, and the offset of the last one becomes
+//! the store's new checkpoint.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use sluice_client::consumer::{Consumer, ConsumerConfig, OffsetReset};
+use sluice_client::{ClientConfig, TopicPartition};
+
+use crate::error::{Result, StreamsError};
+use crate::state::KeyValueStore;
+
+/// One store to restore.
+#[derive(Debug)]
+pub struct ChangelogRestore<'a> {
+    /// The store.
+    pub store: &'a mut dyn KeyValueStore,
+    /// Its changelog partition.
+    pub changelog: TopicPartition,
+    /// The offset of the last changelog record the store already holds
+    /// (from the checkpoint); `None` restores from the log start.
+    pub checkpoint: Option<i64>,
+}
+
+/// What restoring one store did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoredChangelog {
+    /// The changelog partition.
+    pub changelog: TopicPartition,
+    /// Where reading started.
+    pub start_offset: i64,
+    /// The end offset captured at the start.
+    pub end_offset: i64,
+    /// Records applied to the store.
+    pub restored: u64,
+    /// The offset of the last record the store now holds: its new
+    /// checkpoint (`None` if the changelog had nothing for it).
+    pub checkpoint: Option<i64>,
+}
+
+/// Reads changelogs into stores with a consumer of its own.
+#[derive(Debug)]
+pub struct StoreChangelogReader {
+    consumer: Consumer,
+    /// Give up when no record arrives for this long while some remain.
+    stall_timeout: Duration,
+}
+
+impl StoreChangelogReader {
+    /// A reader on `client` (the restore consumer has no group).
+    pub async fn new(client: ClientConfig) -> Result<Self> {
+        let mut cfg = ConsumerConfig::new(client);
+        cfg.enable_auto_commit = false;
+        cfg.auto_offset_reset = OffsetReset::Earliest;
+        cfg.max_poll_records = 1000;
+        Ok(Self {
+            consumer: Consumer::new(cfg).await?,
+            stall_timeout: Duration::from_secs(60),
+        })
+    }
+
+    /// Sets how long restoration may go without progress before failing.
+    pub fn set_stall_timeout(&mut self, timeout: Duration) {
+        self.stall_timeout = timeout;
+    }
+
+    /// Restores every store in `stores` (see the module docs). A checkpoint
+    /// at or past the changelog's end offset means the store holds data the
+    /// changelog does not: that is [`StreamsError::TaskCorrupted`], and the
+    /// caller wipes the store and restores it from scratch.
+    pub async fn restore(
+        &mut self,
+        stores: &mut [ChangelogRestore<'_>],
+    ) -> Result<Vec<RestoredChangelog>> {
+        let tps: Vec<TopicPartition> = stores.iter().map(|s| s.changelog.clone()).collect();
+        if tps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ends = self.consumer.end_offsets(&tps).await?;
+        let starts = self.consumer.beginning_offsets(&tps).await?;
+        let mut results = Vec::with_capacity(stores.len());
+        let mut index: BTreeMap<TopicPartition, usize> = BTreeMap::new();
+        let mut remaining: Vec<TopicPartition> = Vec::new();
+        for (i, s) in stores.iter().enumerate() {
+            let tp = &s.changelog;
+            let end = *ends.get(tp).ok_or_else(|| StreamsError::InternalTopic {
+                topic: tp.topic.clone(),
+                message: format!("no end offset for changelog partition {tp}"),
+            })?;
+            let log_start = starts.get(tp).copied().unwrap_or(0);
+            let start = match s.checkpoint {
+                Some(c) if c + 1 > end => {
+                    return Err(StreamsError::TaskCorrupted(format!(
+                        "store {} checkpointed offset {c} of {tp}, past the changelog end {end}",
+                        s.store.name()
+                    )))
+                }
+                Some(c) => (c + 1).max(log_start),
+                None => log_start,
+            };
+            results.push(RestoredChangelog {
+                changelog: tp.clone(),
+                start_offset: start,
+                end_offset: end,
+                restored: 0,
+                checkpoint: s.checkpoint,
+            });
+            index.insert(tp.clone(), i);
+            if start < end {
+                remaining.push(tp.clone());
+            }
+        }
+        self.consumer.assign(&remaining)?;
+        for tp in &remaining {
+            let start = results[index[tp]].start_offset;
+            self.consumer.seek(tp, start)?;
+        }
+        let mut last_progress = Instant::now();
+        while !remaining.is_empty() {
+            let records = self.consumer.poll(Duration::from_millis(200)).await?;
+            if !records.is_empty() {
+                last_progress = Instant::now();
+            }
+            for r in records {
+                let tp = TopicPartition::new(&r.topic, r.partition);
+                let Some(&i) = index.get(&tp) else { continue };
+                let store = &mut *stores[i].store;
+                if let Some(key) = r.key {
+                    match r.value {
+                        Some(v) => store.put(key, v)?,
+                        None => {
+                            store.delete(&key)?;
+                        }
+                    }
+                }
+                let res = &mut results[i];
+                res.restored += 1;
+                res.checkpoint = Some(res.checkpoint.map_or(r.offset, |c| c.max(r.offset)));
+            }
+            let mut done = Vec::new();
+            for tp in &remaining {
+                if self.consumer.position(tp).await? >= results[index[tp]].end_offset {
+                    done.push(tp.clone());
+                }
+            }
+            if !done.is_empty() {
+                remaining.retain(|tp| !done.contains(tp));
+                self.consumer.assign(&remaining)?;
+            } else if last_progress.elapsed() > self.stall_timeout {
+                return Err(StreamsError::TaskCorrupted(format!(
+                    "restoring {remaining:?} made no progress for {:?}",
+                    self.stall_timeout
+                )));
+            }
+        }
+        for (s, res) in stores.iter_mut().zip(&results) {
+            if res.restored > 0 {
+                s.store.flush()?;
+            }
+            tracing::debug!(
+                store = s.store.name(),
+                changelog = %res.changelog,
+                restored = res.restored,
+                "restored"
+            );
+        }
+        Ok(results)
+    }
+
+    /// Closes the restore consumer.
+    pub async fn close(mut self) -> Result<()> {
+        self.consumer.close().await?;
+        Ok(())
+    }
+}
