@@ -12,6 +12,8 @@
 //! | [`assignor`] | the streams assignor (`"stream"`): task placement, subscription/assignment user data |
 //! | [`internal_topics`] | changelog and repartition topics: names, configs, creation, co-partitioning, purging |
 //! | [`restore`] | changelog restoration (`StoreChangelogReader`) |
+//! | [`config`] | [`StreamsConfig`](config::StreamsConfig) |
+//! | [`runtime`] | `KafkaStreams`, stream threads, task state management |
 //! | [`task_id`] | [`TaskId`]: sub-topology × partition, printed `0_1` as Kafka does |
 //! | [`state`] | the state store traits every store implements |
 //! | [`error`] | [`StreamsError`] |
@@ -19,9 +21,11 @@
 #![warn(missing_docs)]
 
 pub mod assignor;
+pub mod config;
 pub mod error;
 pub mod internal_topics;
 pub mod restore;
+pub mod runtime;
 pub mod state;
 pub mod task_id;
 

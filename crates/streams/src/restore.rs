@@ -14,8 +14,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use sluice_client::admin::OffsetSpec;
 use sluice_client::consumer::{Consumer, ConsumerConfig, OffsetReset};
-use sluice_client::{ClientConfig, TopicPartition};
+use sluice_client::{Admin, ClientConfig, TopicPartition};
 
 use crate::error::{Result, StreamsError};
 use crate::state::KeyValueStore;
@@ -52,6 +53,9 @@ pub struct RestoredChangelog {
 #[derive(Debug)]
 pub struct StoreChangelogReader {
     consumer: Consumer,
+    /// Looks up offsets (the consumer is not `Sync`, so its own lookups
+    /// cannot be awaited from a task that must be `Send`).
+    admin: Admin,
     /// Give up when no record arrives for this long while some remain.
     stall_timeout: Duration,
 }
@@ -63,8 +67,10 @@ impl StoreChangelogReader {
         cfg.enable_auto_commit = false;
         cfg.auto_offset_reset = OffsetReset::Earliest;
         cfg.max_poll_records = 1000;
+        let consumer = Consumer::new(cfg).await?;
         Ok(Self {
-            consumer: Consumer::new(cfg).await?,
+            admin: Admin::from_cluster(consumer.cluster().clone()),
+            consumer,
             stall_timeout: Duration::from_secs(60),
         })
     }
@@ -86,8 +92,8 @@ impl StoreChangelogReader {
         if tps.is_empty() {
             return Ok(Vec::new());
         }
-        let ends = self.consumer.end_offsets(&tps).await?;
-        let starts = self.consumer.beginning_offsets(&tps).await?;
+        let ends = Self::offsets(&self.admin, &tps, OffsetSpec::Latest).await?;
+        let starts = Self::offsets(&self.admin, &tps, OffsetSpec::Earliest).await?;
         let mut results = Vec::with_capacity(stores.len());
         let mut index: BTreeMap<TopicPartition, usize> = BTreeMap::new();
         let mut remaining: Vec<TopicPartition> = Vec::new();
@@ -175,6 +181,21 @@ impl StoreChangelogReader {
             );
         }
         Ok(results)
+    }
+
+    async fn offsets(
+        admin: &Admin,
+        tps: &[TopicPartition],
+        spec: OffsetSpec,
+    ) -> Result<BTreeMap<TopicPartition, i64>> {
+        let req: Vec<(TopicPartition, OffsetSpec)> =
+            tps.iter().map(|tp| (tp.clone(), spec)).collect();
+        Ok(admin
+            .list_offsets(&req)
+            .await?
+            .into_iter()
+            .map(|(tp, i)| (tp, i.offset))
+            .collect())
     }
 
     /// Closes the restore consumer.

@@ -46,7 +46,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> StreamsError {
 pub struct StateDirectory {
     app_dir: PathBuf,
     /// The application folder's lock, once [`initialize_process_id`](Self::initialize_process_id) took it.
-    app_lock: Option<File>,
+    app_lock: std::sync::Mutex<Option<File>>,
 }
 
 /// A held lock on one task folder; dropping it releases the lock.
@@ -97,7 +97,7 @@ impl StateDirectory {
         fs::create_dir_all(&app_dir).map_err(io_err(&app_dir))?;
         Ok(Self {
             app_dir,
-            app_lock: None,
+            app_lock: std::sync::Mutex::new(None),
         })
     }
 
@@ -109,11 +109,12 @@ impl StateDirectory {
     /// Locks the application folder for this instance and returns its
     /// process id, read from `kafka-streams-process-metadata` or created
     /// there. Fails if another instance holds the folder.
-    pub fn initialize_process_id(&mut self) -> Result<Uuid> {
-        if self.app_lock.is_none() {
+    pub fn initialize_process_id(&self) -> Result<Uuid> {
+        let mut app_lock = self.app_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if app_lock.is_none() {
             let lock_path = self.app_dir.join(LOCK_FILE_NAME);
             match try_lock_file(&lock_path)? {
-                Some(f) => self.app_lock = Some(f),
+                Some(f) => *app_lock = Some(f),
                 None => {
                     return Err(StreamsError::IllegalState(format!(
                         "unable to initialize state: the state directory {} is locked by \
@@ -136,6 +137,11 @@ impl StateDirectory {
         fs::write(&tmp, text).map_err(io_err(&tmp))?;
         fs::rename(&tmp, &path).map_err(io_err(&path))?;
         Ok(id)
+    }
+
+    /// Releases the application folder's lock (when the instance closes).
+    pub fn release(&self) {
+        *self.app_lock.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// The folder of `task` (not created).
@@ -293,14 +299,14 @@ mod tests {
     fn process_id_is_stable_and_the_app_folder_exclusive() {
         let root = tempfile::tempdir().expect("tempdir");
         let id = {
-            let mut sd = StateDirectory::new(root.path(), "app").expect("state dir");
+            let sd = StateDirectory::new(root.path(), "app").expect("state dir");
             let id = sd.initialize_process_id().expect("id");
-            let mut other = StateDirectory::new(root.path(), "app").expect("state dir");
+            let other = StateDirectory::new(root.path(), "app").expect("state dir");
             let err = other.initialize_process_id().expect_err("locked");
             assert!(err.to_string().contains("same state directory"), "{err}");
             id
         };
-        let mut again = StateDirectory::new(root.path(), "app").expect("state dir");
+        let again = StateDirectory::new(root.path(), "app").expect("state dir");
         assert_eq!(again.initialize_process_id().expect("id"), id);
         let text =
             fs::read_to_string(root.path().join("app").join(PROCESS_FILE_NAME)).expect("file");
