@@ -42,3 +42,9 @@ pub trait KeyValueStore: Send + std::fmt::Debug {
     /// Releases the store's resources.
     fn close(&mut self) -> Result<()>;
 }
+
+pub mod cache;
+pub mod logging;
+pub mod memory;
+
+pub use memory::InMemoryKeyValueStore;

@@ -1,0 +1,858 @@
+//! `KTable` (Kafka's `KTableImpl`): a changelog stream of [`Change`]s
+//! with per-key current values, filter / map_values / to_stream,
+//! re-grouping, and table–table joins; and `GlobalKTable`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::config::{Consumed, Grouped, Materialized};
+use super::grouped::KGroupedTable;
+use super::kstream::KStream;
+use super::processors::{supplier, KvAccess};
+use super::{Shared, Sources, ValueGetter};
+use crate::error::{Result, StreamsError};
+use crate::processor::{Data, ProcessorContext, Record};
+use crate::serde::{Serde, SerdeRef, Serdes};
+use crate::topology::{raw_deserializer, StoreBuilder, StoreType};
+
+/// A table update (Kafka's `Change`): the key's new value and, where a
+/// downstream operation needs it, its old value. `None` is "no value".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change<V> {
+    /// The new value (`None`: deleted).
+    pub new_value: Option<V>,
+    /// The old value (`None`: none, or not sent).
+    pub old_value: Option<V>,
+}
+
+/// A table (Kafka's `KTable`).
+pub struct KTable<K, V> {
+    pub(crate) b: Shared,
+    pub(crate) node: String,
+    pub(crate) key_serde: Option<SerdeRef<K>>,
+    pub(crate) value_serde: Option<SerdeRef<V>>,
+    pub(crate) sources: Sources,
+    pub(crate) getter: ValueGetter<K, V>,
+    /// Whether this node sends old values, and the upstream flags that
+    /// must be on for it to.
+    pub(crate) old_flags: Vec<Arc<AtomicBool>>,
+    pub(crate) next_name: Option<String>,
+    /// The store, if this table is materialized.
+    pub(crate) store: Option<String>,
+}
+
+impl<K, V> std::fmt::Debug for KTable<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KTable")
+            .field("node", &self.node)
+            .field("store", &self.store)
+            .finish()
+    }
+}
+
+impl<K, V> Clone for KTable<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            b: self.b.clone(),
+            node: self.node.clone(),
+            key_serde: self.key_serde.clone(),
+            value_serde: self.value_serde.clone(),
+            sources: self.sources.clone(),
+            getter: self.getter.clone(),
+            old_flags: self.old_flags.clone(),
+            next_name: self.next_name.clone(),
+            store: self.store.clone(),
+        }
+    }
+}
+
+/// A global table (Kafka's `GlobalKTable`): the whole topic in a store on
+/// every instance, for stream–global-table joins.
+pub struct GlobalKTable<K, V> {
+    pub(crate) getter: ValueGetter<K, V>,
+    pub(crate) store: String,
+}
+
+impl<K, V> std::fmt::Debug for GlobalKTable<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GlobalKTable")
+            .field("store", &self.store)
+            .finish()
+    }
+}
+
+impl<K, V> GlobalKTable<K, V> {
+    /// The store's name.
+    pub fn store_name(&self) -> &str {
+        &self.store
+    }
+}
+
+/// Adds the store for `m` (named `name`) to the topology, connected to
+/// `processor`.
+pub(crate) fn add_store<K: Data, V: Data>(
+    b: &Shared,
+    name: &str,
+    m: &Materialized<K, V>,
+    processor: &str,
+) {
+    let mut sb = match m.store_type {
+        StoreType::InMemory => StoreBuilder::in_memory(name),
+        StoreType::Default => StoreBuilder::default_type(name),
+    };
+    if !m.logging {
+        sb = sb.with_logging_disabled();
+    }
+    if m.caching {
+        sb = sb.with_caching_enabled();
+    }
+    let mut inner = b.borrow_mut();
+    let r = inner.topology.add_state_store(sb, &[processor]).map(|_| ());
+    inner.check(r);
+}
+
+/// A getter reading a store.
+pub(crate) fn store_getter<K: Data, V: Data>(acc: KvAccess<K, V>) -> ValueGetter<K, V> {
+    let store = acc.store.clone();
+    ValueGetter {
+        stores: vec![store],
+        get: Arc::new(move |ctx, k| acc.get(ctx, k)),
+    }
+}
+
+/// Forwards a change now, unless the store is cached (then the cache's
+/// flush forwards it), as Kafka's `TimestampedTupleForwarder`.
+pub(crate) fn forward_change<K: Data, V: Data>(
+    ctx: &mut ProcessorContext<'_>,
+    store: &str,
+    key: K,
+    new_value: Option<V>,
+    old_value: Option<V>,
+    send_old: bool,
+) -> Result<()> {
+    if ctx.store_is_cached(store) {
+        return Ok(());
+    }
+    let ts = ctx.timestamp();
+    ctx.forward(Record::new(
+        key,
+        Change {
+            new_value,
+            old_value: if send_old { old_value } else { None },
+        },
+        ts,
+    ))
+}
+
+/// Registers the cache flush listener forwarding flushed entries as
+/// changes (Kafka's `TimestampedCacheFlushListener`).
+pub(crate) fn register_flush_listener<K: Data, V: Data>(
+    ctx: &mut ProcessorContext<'_>,
+    acc: KvAccess<K, V>,
+    send_old: Arc<AtomicBool>,
+) -> Result<()> {
+    if !ctx.store_is_cached(&acc.store) {
+        return Ok(());
+    }
+    let store = acc.store.clone();
+    ctx.set_flush_listener(
+        &store,
+        Arc::new(move |ctx, e, old| {
+            let key = acc.key_serde.deserialize(&acc.store, &e.key)?;
+            let new_value = e
+                .value
+                .as_ref()
+                .map(|v| acc.value_serde.deserialize(&acc.store, v))
+                .transpose()?;
+            let old_value = old
+                .map(|v| acc.value_serde.deserialize(&acc.store, &v))
+                .transpose()?;
+            if new_value.is_none() && old_value.is_none() {
+                return Ok(());
+            }
+            let send = send_old.load(Ordering::Relaxed);
+            ctx.forward(Record::new(
+                key,
+                Change {
+                    new_value,
+                    old_value: if send { old_value } else { None },
+                },
+                e.timestamp,
+            ))
+        }),
+    );
+    Ok(())
+}
+
+/// The supplier of a table source (Kafka's `KTableSource`): puts each
+/// record into the store and forwards the change.
+fn table_source_supplier<K: Data, V: Data, VIn: Data>(
+    acc: KvAccess<K, V>,
+    send_old: Arc<AtomicBool>,
+    to_opt: fn(VIn) -> Option<V>,
+) -> crate::processor::RawSupplier {
+    let acc2 = acc.clone();
+    let flag2 = send_old.clone();
+    supplier::<K, VIn>(
+        Some(Arc::new(move |ctx| {
+            register_flush_listener(ctx, acc2.clone(), flag2.clone())
+        })),
+        Arc::new(move |ctx, r| {
+            let new_value = to_opt(r.value);
+            let old = acc.get(ctx, &r.key)?;
+            acc.put(ctx, &r.key, new_value.as_ref())?;
+            forward_change(
+                ctx,
+                &acc.store,
+                r.key,
+                new_value,
+                old,
+                send_old.load(Ordering::Relaxed),
+            )
+        }),
+    )
+}
+
+fn serdes_or_err<K: Data, V: Data>(
+    b: &Shared,
+    what: &str,
+    ks: Option<SerdeRef<K>>,
+    vs: Option<SerdeRef<V>>,
+) -> Option<(SerdeRef<K>, SerdeRef<V>)> {
+    match (ks, vs) {
+        (Some(k), Some(v)) => Some((k, v)),
+        _ => {
+            b.borrow_mut()
+                .check::<()>(Err(StreamsError::Topology(format!(
+                    "{what} needs key and value serdes (give them with Materialized::with)"
+                ))));
+            None
+        }
+    }
+}
+
+pub(crate) fn source<K: Data, V: Data>(
+    b: &Shared,
+    topic: &str,
+    consumed: Consumed<K, V>,
+    m: Materialized<K, V>,
+) -> KTable<K, V> {
+    let store = m
+        .name
+        .clone()
+        .unwrap_or_else(|| b.borrow_mut().new_store_name(&format!("{topic}-")));
+    let (src, proc_name) = {
+        let mut inner = b.borrow_mut();
+        match &consumed.name {
+            Some(n) => (format!("{n}-source"), n.clone()),
+            None => (
+                inner.new_processor_name("KSTREAM-SOURCE-"),
+                inner.new_processor_name("KTABLE-SOURCE-"),
+            ),
+        }
+    };
+    let ks = m
+        .key_serde
+        .clone()
+        .unwrap_or_else(|| consumed.key_serde.clone());
+    let vs = m
+        .value_serde
+        .clone()
+        .unwrap_or_else(|| consumed.value_serde.clone());
+    let acc = KvAccess {
+        store: store.clone(),
+        key_serde: ks.clone(),
+        value_serde: vs.clone(),
+    };
+    let flag = Arc::new(AtomicBool::new(false));
+    {
+        let mut inner = b.borrow_mut();
+        let de = raw_deserializer(
+            consumed.key_serde.clone(),
+            Serdes::nullable(consumed.value_serde.clone()),
+        );
+        let r = inner.topology.add_source_refs(
+            &src,
+            vec![crate::topology::TopicRef {
+                name: topic.to_string(),
+                internal: false,
+            }],
+            de,
+        );
+        inner.check(r);
+        let s = table_source_supplier::<K, V, Option<V>>(acc.clone(), flag.clone(), |v| v);
+        let r = inner.topology.add_raw_processor(&proc_name, s, &[&src]);
+        inner.check(r);
+    }
+    add_store(b, &store, &m, &proc_name);
+    KTable {
+        b: b.clone(),
+        node: proc_name,
+        key_serde: Some(ks),
+        value_serde: Some(vs),
+        sources: [src].into(),
+        getter: store_getter(acc),
+        old_flags: vec![flag],
+        next_name: None,
+        store: Some(store),
+    }
+}
+
+pub(crate) fn global_source<K: Data, V: Data>(
+    b: &Shared,
+    topic: &str,
+    consumed: Consumed<K, V>,
+    m: Materialized<K, V>,
+) -> GlobalKTable<K, V> {
+    let store = m
+        .name
+        .clone()
+        .unwrap_or_else(|| b.borrow_mut().new_store_name(&format!("{topic}-")));
+    let (src, proc_name) = {
+        let mut inner = b.borrow_mut();
+        (
+            inner.new_processor_name("KSTREAM-SOURCE-"),
+            inner.new_processor_name("KTABLE-SOURCE-"),
+        )
+    };
+    let ks = m
+        .key_serde
+        .clone()
+        .unwrap_or_else(|| consumed.key_serde.clone());
+    let vs = m
+        .value_serde
+        .clone()
+        .unwrap_or_else(|| consumed.value_serde.clone());
+    let acc = KvAccess {
+        store: store.clone(),
+        key_serde: ks,
+        value_serde: vs,
+    };
+    let sb = match m.store_type {
+        StoreType::InMemory => StoreBuilder::in_memory(&store),
+        StoreType::Default => StoreBuilder::default_type(&store),
+    };
+    let de = raw_deserializer(
+        consumed.key_serde.clone(),
+        Serdes::nullable(consumed.value_serde.clone()),
+    );
+    let s = table_source_supplier::<K, V, Option<V>>(
+        acc.clone(),
+        Arc::new(AtomicBool::new(false)),
+        |v| v,
+    );
+    let mut inner = b.borrow_mut();
+    let r = inner
+        .topology
+        .add_global_store(sb, &src, topic, de, &proc_name, s);
+    inner.check(r);
+    GlobalKTable {
+        getter: store_getter(acc),
+        store,
+    }
+}
+
+pub(crate) fn from_stream<K: Data, V: Data>(
+    s: &KStream<K, V>,
+    m: Materialized<K, V>,
+) -> KTable<K, V> {
+    let name = s.name_for("KSTREAM-TOTABLE-");
+    let store = m
+        .name
+        .clone()
+        .unwrap_or_else(|| s.b.borrow_mut().new_store_name("KSTREAM-TOTABLE-"));
+    let Some((ks, vs)) = serdes_or_err(
+        &s.b,
+        "to_table",
+        m.key_serde.clone().or_else(|| s.key_serde.clone()),
+        m.value_serde.clone().or_else(|| s.value_serde.clone()),
+    ) else {
+        return dead_table(s);
+    };
+    let acc = KvAccess {
+        store: store.clone(),
+        key_serde: ks.clone(),
+        value_serde: vs.clone(),
+    };
+    let flag = Arc::new(AtomicBool::new(false));
+    let sup = table_source_supplier::<K, V, V>(acc.clone(), flag.clone(), Some);
+    let _ = s.child::<K, V>(name.clone(), sup, None, None, false);
+    add_store(&s.b, &store, &m, &name);
+    KTable {
+        b: s.b.clone(),
+        node: name,
+        key_serde: Some(ks),
+        value_serde: Some(vs),
+        sources: s.sources.clone(),
+        getter: store_getter(acc),
+        old_flags: vec![flag],
+        next_name: None,
+        store: Some(store),
+    }
+}
+
+/// A placeholder after a build error (the error is reported by `build`).
+fn dead_table<K: Data, V: Data, X>(s: &KStream<K, X>) -> KTable<K, V> {
+    KTable {
+        b: s.b.clone(),
+        node: s.node.clone(),
+        key_serde: None,
+        value_serde: None,
+        sources: s.sources.clone(),
+        getter: ValueGetter {
+            stores: Vec::new(),
+            get: Arc::new(|_, _| Ok(None)),
+        },
+        old_flags: Vec::new(),
+        next_name: None,
+        store: None,
+    }
+}
+
+/// Which table–table join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JoinKind {
+    Inner,
+    Left,
+    Outer,
+}
+
+impl JoinKind {
+    fn present<A, B>(self, l: &Option<A>, r: &Option<B>) -> bool {
+        match self {
+            JoinKind::Inner => l.is_some() && r.is_some(),
+            JoinKind::Left => l.is_some(),
+            JoinKind::Outer => l.is_some() || r.is_some(),
+        }
+    }
+}
+
+type Joiner<V1, V2, R> = Arc<dyn Fn(Option<&V1>, Option<&V2>) -> R + Send + Sync>;
+
+impl<K: Data, V: Data> KTable<K, V> {
+    /// Names the next operation.
+    pub fn named(mut self, named: super::Named) -> Self {
+        self.next_name = Some(named.0);
+        self
+    }
+
+    /// The store of a materialized table (for interactive queries and tests).
+    pub fn queryable_store_name(&self) -> Option<&str> {
+        self.store.as_deref()
+    }
+
+    fn name_for(&self, prefix: &str) -> String {
+        match &self.next_name {
+            Some(n) => n.clone(),
+            None => self.b.borrow_mut().new_processor_name(prefix),
+        }
+    }
+
+    /// Makes this table (and what it depends on) send old values.
+    pub(crate) fn enable_send_old(&self) {
+        for f in &self.old_flags {
+            f.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn derived<V2: Data>(
+        &self,
+        name: String,
+        s: crate::processor::RawSupplier,
+        value_serde: Option<SerdeRef<V2>>,
+        getter: ValueGetter<K, V2>,
+        flag: Arc<AtomicBool>,
+    ) -> KTable<K, V2> {
+        let mut inner = self.b.borrow_mut();
+        let r = inner.topology.add_raw_processor(&name, s, &[&self.node]);
+        inner.check(r);
+        drop(inner);
+        let mut old_flags = vec![flag];
+        old_flags.extend(self.old_flags.iter().cloned());
+        KTable {
+            b: self.b.clone(),
+            node: name,
+            key_serde: self.key_serde.clone(),
+            value_serde,
+            sources: self.sources.clone(),
+            getter,
+            old_flags,
+            next_name: None,
+            store: None,
+        }
+    }
+
+    /// Keeps entries satisfying `pred` (`KTABLE-FILTER-`); an entry that
+    /// stops satisfying it becomes a delete downstream.
+    pub fn filter(&self, pred: impl Fn(&K, &V) -> bool + Send + Sync + 'static) -> KTable<K, V> {
+        let name = self.name_for("KTABLE-FILTER-");
+        let pred = Arc::new(pred);
+        let flag = Arc::new(AtomicBool::new(false));
+        let (p2, f2) = (pred.clone(), flag.clone());
+        let s = supplier::<K, Change<V>>(
+            None,
+            Arc::new(move |ctx, r| {
+                let send_old = f2.load(Ordering::Relaxed);
+                let k = &r.key;
+                let new_value = r.value.new_value.clone().filter(|v| p2(k, v));
+                let old_value = if send_old {
+                    r.value.old_value.clone().filter(|v| p2(k, v))
+                } else {
+                    None
+                };
+                if send_old && new_value.is_none() && old_value.is_none() {
+                    return Ok(());
+                }
+                ctx.forward(r.with_value(Change {
+                    new_value,
+                    old_value,
+                }))
+            }),
+        );
+        let pg = self.getter.get.clone();
+        let getter = ValueGetter {
+            stores: self.getter.stores.clone(),
+            get: Arc::new(move |ctx, k| Ok(pg(ctx, k)?.filter(|v| pred(k, v)))),
+        };
+        self.derived(name, s, self.value_serde.clone(), getter, flag)
+    }
+
+    /// Drops entries satisfying `pred` (`KTABLE-FILTER-`).
+    pub fn filter_not(
+        &self,
+        pred: impl Fn(&K, &V) -> bool + Send + Sync + 'static,
+    ) -> KTable<K, V> {
+        self.filter(move |k, v| !pred(k, v))
+    }
+
+    /// Maps each value (`KTABLE-MAPVALUES-`).
+    pub fn map_values<V2: Data>(
+        &self,
+        f: impl Fn(&V) -> V2 + Send + Sync + 'static,
+    ) -> KTable<K, V2> {
+        let name = self.name_for("KTABLE-MAPVALUES-");
+        let f = Arc::new(f);
+        let flag = Arc::new(AtomicBool::new(false));
+        let (f2, fl2) = (f.clone(), flag.clone());
+        let s = supplier::<K, Change<V>>(
+            None,
+            Arc::new(move |ctx, r| {
+                let send_old = fl2.load(Ordering::Relaxed);
+                let new_value = r.value.new_value.as_ref().map(|v| f2(v));
+                let old_value = if send_old {
+                    r.value.old_value.as_ref().map(|v| f2(v))
+                } else {
+                    None
+                };
+                ctx.forward(r.with_value(Change {
+                    new_value,
+                    old_value,
+                }))
+            }),
+        );
+        let pg = self.getter.get.clone();
+        let getter = ValueGetter {
+            stores: self.getter.stores.clone(),
+            get: Arc::new(move |ctx, k| Ok(pg(ctx, k)?.map(|v| f(&v)))),
+        };
+        self.derived(name, s, None, getter, flag)
+    }
+
+    /// The table's changelog as a stream (`KTABLE-TOSTREAM-`); deletes are
+    /// `None` values.
+    pub fn to_stream(&self) -> KStream<K, Option<V>> {
+        let name = self.name_for("KTABLE-TOSTREAM-");
+        let s = supplier::<K, Change<V>>(
+            None,
+            Arc::new(|ctx, r| {
+                let v = r.value.new_value.clone();
+                ctx.forward(r.with_value(v))
+            }),
+        );
+        let mut inner = self.b.borrow_mut();
+        let r = inner.topology.add_raw_processor(&name, s, &[&self.node]);
+        inner.check(r);
+        drop(inner);
+        KStream {
+            b: self.b.clone(),
+            node: name,
+            key_serde: self.key_serde.clone(),
+            value_serde: self.value_serde.clone().map(Serdes::nullable),
+            repartition_required: false,
+            sources: self.sources.clone(),
+            next_name: None,
+        }
+    }
+
+    /// Re-groups the table by a new key and value (`KTABLE-SELECT-`), for
+    /// re-aggregation with adder and subtractor.
+    pub fn group_by<K2: Data, V2: Data>(
+        &self,
+        f: impl Fn(&K, &V) -> (K2, V2) + Send + Sync + 'static,
+        grouped: Grouped<K2, V2>,
+    ) -> KGroupedTable<K2, V2> {
+        let name = self.name_for("KTABLE-SELECT-");
+        self.enable_send_old();
+        let s = supplier::<K, Change<V>>(
+            None,
+            Arc::new(move |ctx, r| {
+                let ts = r.timestamp;
+                if let Some(o) = &r.value.old_value {
+                    let (k2, v2) = f(&r.key, o);
+                    let rec = Record {
+                        key: k2,
+                        value: Change {
+                            new_value: None,
+                            old_value: Some(v2),
+                        },
+                        timestamp: ts,
+                        headers: r.headers.clone(),
+                    };
+                    ctx.forward(rec)?;
+                }
+                if let Some(n) = &r.value.new_value {
+                    let (k2, v2) = f(&r.key, n);
+                    let rec = Record {
+                        key: k2,
+                        value: Change {
+                            new_value: Some(v2),
+                            old_value: None,
+                        },
+                        timestamp: ts,
+                        headers: r.headers.clone(),
+                    };
+                    ctx.forward(rec)?;
+                }
+                Ok(())
+            }),
+        );
+        let mut inner = self.b.borrow_mut();
+        let r = inner.topology.add_raw_processor(&name, s, &[&self.node]);
+        inner.check(r);
+        drop(inner);
+        KGroupedTable {
+            b: self.b.clone(),
+            node: name,
+            key_serde: grouped.key_serde,
+            value_serde: grouped.value_serde,
+            repartition_name: grouped.name,
+        }
+    }
+
+    fn table_join<V2: Data, R: Data>(
+        &self,
+        other: &KTable<K, V2>,
+        kind: JoinKind,
+        joiner: Joiner<V, V2, R>,
+    ) -> KTable<K, R> {
+        let (this_name, other_name, merge_name) = {
+            let mut inner = self.b.borrow_mut();
+            (
+                inner.new_processor_name("KTABLE-JOINTHIS-"),
+                inner.new_processor_name("KTABLE-JOINOTHER-"),
+                match &self.next_name {
+                    Some(n) => n.clone(),
+                    None => inner.new_processor_name("KTABLE-MERGE-"),
+                },
+            )
+        };
+        self.enable_send_old();
+        other.enable_send_old();
+        let flag = Arc::new(AtomicBool::new(false));
+        // This side: changes of `self` joined with `other`'s value.
+        let (og, j1, f1) = (other.getter.get.clone(), joiner.clone(), flag.clone());
+        let this_s = supplier::<K, Change<V>>(
+            None,
+            Arc::new(move |ctx, r| {
+                let o = og(ctx, &r.key)?;
+                if kind == JoinKind::Inner && o.is_none() {
+                    return Ok(());
+                }
+                let res = |v: &Option<V>| kind.present(v, &o).then(|| j1(v.as_ref(), o.as_ref()));
+                let new_value = res(&r.value.new_value);
+                let old_value = if f1.load(Ordering::Relaxed) {
+                    res(&r.value.old_value)
+                } else {
+                    None
+                };
+                ctx.forward(r.with_value(Change {
+                    new_value,
+                    old_value,
+                }))
+            }),
+        );
+        // Other side: changes of `other` joined with `self`'s value.
+        let (tg, j2, f2) = (self.getter.get.clone(), joiner.clone(), flag.clone());
+        let other_s = supplier::<K, Change<V2>>(
+            None,
+            Arc::new(move |ctx, r| {
+                let t = tg(ctx, &r.key)?;
+                if matches!(kind, JoinKind::Inner | JoinKind::Left) && t.is_none() {
+                    return Ok(());
+                }
+                let res = |v: &Option<V2>| kind.present(&t, v).then(|| j2(t.as_ref(), v.as_ref()));
+                let new_value = res(&r.value.new_value);
+                let old_value = if f2.load(Ordering::Relaxed) {
+                    res(&r.value.old_value)
+                } else {
+                    None
+                };
+                ctx.forward(r.with_value(Change {
+                    new_value,
+                    old_value,
+                }))
+            }),
+        );
+        {
+            let mut inner = self.b.borrow_mut();
+            let r = inner
+                .topology
+                .add_raw_processor(&this_name, this_s, &[&self.node]);
+            inner.check(r);
+            let r = inner
+                .topology
+                .add_raw_processor(&other_name, other_s, &[&other.node]);
+            inner.check(r);
+            let r = inner.topology.add_raw_processor(
+                &merge_name,
+                crate::topology::pass_through(),
+                &[&this_name, &other_name],
+            );
+            inner.check(r);
+            let os: Vec<&str> = other.getter.stores.iter().map(|s| s.as_str()).collect();
+            let r = inner
+                .topology
+                .connect_processor_and_state_stores(&this_name, &os)
+                .map(|_| ());
+            inner.check(r);
+            let ts: Vec<&str> = self.getter.stores.iter().map(|s| s.as_str()).collect();
+            let r = inner
+                .topology
+                .connect_processor_and_state_stores(&other_name, &ts)
+                .map(|_| ());
+            inner.check(r);
+            inner
+                .topology
+                .copartition(self.sources.union(&other.sources).cloned().collect());
+        }
+        let (tg, og) = (self.getter.get.clone(), other.getter.get.clone());
+        let getter = ValueGetter {
+            stores: self
+                .getter
+                .stores
+                .iter()
+                .chain(&other.getter.stores)
+                .cloned()
+                .collect(),
+            get: Arc::new(move |ctx, k| {
+                let t = tg(ctx, k)?;
+                let o = og(ctx, k)?;
+                Ok(kind.present(&t, &o).then(|| joiner(t.as_ref(), o.as_ref())))
+            }),
+        };
+        let mut old_flags = vec![flag];
+        old_flags.extend(self.old_flags.iter().cloned());
+        old_flags.extend(other.old_flags.iter().cloned());
+        KTable {
+            b: self.b.clone(),
+            node: merge_name,
+            key_serde: self.key_serde.clone(),
+            value_serde: None,
+            sources: self.sources.union(&other.sources).cloned().collect(),
+            getter,
+            old_flags,
+            next_name: None,
+            store: None,
+        }
+    }
+
+    /// Inner table–table join (`KTABLE-JOINTHIS-`, `KTABLE-JOINOTHER-`,
+    /// `KTABLE-MERGE-`).
+    pub fn join<V2: Data, R: Data>(
+        &self,
+        other: &KTable<K, V2>,
+        joiner: impl Fn(&V, &V2) -> R + Send + Sync + 'static,
+    ) -> KTable<K, R> {
+        self.table_join(
+            other,
+            JoinKind::Inner,
+            Arc::new(move |a, b| {
+                joiner(a.expect("inner join: left"), b.expect("inner join: right"))
+            }),
+        )
+    }
+
+    /// Left table–table join: every key of this table, with `None` when the
+    /// other has no value.
+    pub fn left_join<V2: Data, R: Data>(
+        &self,
+        other: &KTable<K, V2>,
+        joiner: impl Fn(&V, Option<&V2>) -> R + Send + Sync + 'static,
+    ) -> KTable<K, R> {
+        self.table_join(
+            other,
+            JoinKind::Left,
+            Arc::new(move |a, b| joiner(a.expect("left join: left"), b)),
+        )
+    }
+
+    /// Outer table–table join: every key of either table.
+    pub fn outer_join<V2: Data, R: Data>(
+        &self,
+        other: &KTable<K, V2>,
+        joiner: impl Fn(Option<&V>, Option<&V2>) -> R + Send + Sync + 'static,
+    ) -> KTable<K, R> {
+        self.table_join(other, JoinKind::Outer, Arc::new(joiner))
+    }
+}
+
+/// Serializes a [`Change`] for a repartition topic (Kafka's
+/// `ChangedSerializer`): new value length (`-1`: none) and bytes, then the
+/// old value's.
+pub(crate) struct ChangeSerde<V> {
+    pub inner: SerdeRef<V>,
+}
+
+impl<V: Data> Serde<Change<V>> for ChangeSerde<V> {
+    fn serialize(&self, topic: &str, data: &Change<V>) -> Result<bytes::Bytes> {
+        let mut out = Vec::new();
+        for v in [&data.new_value, &data.old_value] {
+            match v {
+                Some(v) => {
+                    let b = self.inner.serialize(topic, v)?;
+                    out.extend_from_slice(&(b.len() as i32).to_be_bytes());
+                    out.extend_from_slice(&b);
+                }
+                None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+        }
+        Ok(out.into())
+    }
+    fn deserialize(&self, topic: &str, data: &[u8]) -> Result<Change<V>> {
+        let bad = || StreamsError::Serde(format!("topic {topic}: truncated change"));
+        let mut pos = 0usize;
+        let mut vals = [None, None];
+        for slot in &mut vals {
+            let len = i32::from_be_bytes(
+                data.get(pos..pos + 4)
+                    .ok_or_else(bad)?
+                    .try_into()
+                    .map_err(|_| bad())?,
+            );
+            pos += 4;
+            if len >= 0 {
+                let end = pos + len as usize;
+                *slot = Some(
+                    self.inner
+                        .deserialize(topic, data.get(pos..end).ok_or_else(bad)?)?,
+                );
+                pos = end;
+            }
+        }
+        let [new_value, old_value] = vals;
+        Ok(Change {
+            new_value,
+            old_value,
+        })
+    }
+}

@@ -1,0 +1,452 @@
+//! The task execution core (Kafka's `StreamTask`), free of I/O: the
+//! runtime (or the [`crate::test_driver::TopologyTestDriver`]) feeds it
+//! consumed records, asks it to process one record at a time, to punctuate
+//! and to commit, and ships what it produces through a [`RecordCollector`].
+//!
+//! A commit is: [`StreamTask::prepare_commit`] (flush caches, which may
+//! forward and produce; flush stores), then the runtime flushes its
+//! producer and commits the returned offsets.
+
+pub(crate) mod core;
+pub mod partition_group;
+pub(crate) mod sink;
+pub mod store;
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+
+use self::core::{NodeRt, RecordMeta, TaskCore};
+pub use partition_group::PartitionGroup;
+pub use store::{SharedStore, TaskStore};
+
+use crate::error::{Result, StreamsError};
+use crate::processor::{Headers, PunctuationType, RawRecord};
+use crate::state::cache::RecordCache;
+use crate::state::logging::{changelog_topic, ChangeLogger};
+use crate::task_id::TaskId;
+use crate::topology::{NodeKind, RawDeserializer, StoreInit, StoreSupplier, Topology};
+
+/// A record to send: to a sink topic, a repartition topic or a changelog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputRecord {
+    /// The topic (internal topics carry the application id).
+    pub topic: String,
+    /// The partition: set for changelogs (the task's partition); `None`
+    /// means the producer's default partitioner (murmur2 of the key).
+    pub partition: Option<i32>,
+    /// The serialized key.
+    pub key: Option<Bytes>,
+    /// The serialized value (`None`: a tombstone).
+    pub value: Option<Bytes>,
+    /// The timestamp.
+    pub timestamp: i64,
+    /// The headers.
+    pub headers: Headers,
+}
+
+/// Where a task's output goes (Kafka's `RecordCollector`); the runtime
+/// plugs a producer in.
+pub trait RecordCollector {
+    /// Sends one record (may buffer).
+    fn send(&mut self, record: OutputRecord) -> Result<()>;
+}
+
+impl RecordCollector for Vec<OutputRecord> {
+    fn send(&mut self, record: OutputRecord) -> Result<()> {
+        self.push(record);
+        Ok(())
+    }
+}
+
+/// A consumed record handed to a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumedRecord {
+    /// Its offset.
+    pub offset: i64,
+    /// Its timestamp (the timestamp extractor is the record's own).
+    pub timestamp: i64,
+    /// The key bytes.
+    pub key: Option<Bytes>,
+    /// The value bytes.
+    pub value: Option<Bytes>,
+    /// The headers.
+    pub headers: Headers,
+}
+
+/// How tasks are built.
+#[derive(Clone, Default)]
+pub struct TaskConfig {
+    /// `application.id`: prefixes internal topics.
+    pub application_id: String,
+    /// `max.task.idle.ms` (Kafka's default 0).
+    pub max_task_idle_ms: i64,
+    /// `statestore.cache.max.bytes` for the task's cached stores (split
+    /// evenly among them); 0 disables caching as in Kafka.
+    pub cache_max_bytes: usize,
+    /// Builds stores of [`crate::topology::StoreType::Default`] (the
+    /// runtime plugs the persistent store in); in memory when `None`.
+    pub default_store: Option<StoreSupplier>,
+    /// Global stores, shared with the global task, by name.
+    pub global_stores: HashMap<String, SharedStore>,
+}
+
+impl std::fmt::Debug for TaskConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskConfig")
+            .field("application_id", &self.application_id)
+            .field("max_task_idle_ms", &self.max_task_idle_ms)
+            .field("cache_max_bytes", &self.cache_max_bytes)
+            .finish()
+    }
+}
+
+/// One task: a sub-topology over one partition number of its inputs.
+pub struct StreamTask {
+    id: TaskId,
+    core: TaskCore,
+    group: PartitionGroup,
+    /// topic → (source node, its deserializer)
+    sources: HashMap<String, (usize, RawDeserializer)>,
+    /// Next offset to commit per input partition.
+    consumed: BTreeMap<(String, i32), i64>,
+    commit_needed: bool,
+    max_task_idle_ms: i64,
+    global: bool,
+}
+
+impl std::fmt::Debug for StreamTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamTask").field("id", &self.id).finish()
+    }
+}
+
+impl StreamTask {
+    /// Builds task `id` of `topology`: the processors of sub-topology
+    /// `id.subtopology`, its stores (with caches and changelogs as
+    /// configured) and a queue per source topic at partition
+    /// `id.partition`; then initializes the processors. Stores can be
+    /// restored (see [`StreamTask::restore`]) before the first record.
+    pub fn new(topology: &Topology, id: TaskId, config: &TaskConfig) -> Result<Self> {
+        let groups = topology.node_groups();
+        let group = groups
+            .get(id.subtopology as usize)
+            .ok_or_else(|| StreamsError::Topology(format!("no sub-topology {}", id.subtopology)))?;
+        let global = topology.is_global_group(group);
+        Self::build(topology, id, group, config, global)
+    }
+
+    /// Builds the task that keeps global stores up to date (Kafka's
+    /// `GlobalStateUpdateTask`) for node group `group_id`: it reads every
+    /// partition of the global topic and writes the shared stores given in
+    /// `config.global_stores`.
+    pub fn new_global(topology: &Topology, group_id: u32, config: &TaskConfig) -> Result<Self> {
+        let groups = topology.node_groups();
+        let group = groups
+            .get(group_id as usize)
+            .filter(|g| topology.is_global_group(g))
+            .ok_or_else(|| StreamsError::Topology(format!("no global node group {group_id}")))?;
+        Self::build(topology, TaskId::new(group_id, -1), group, config, true)
+    }
+
+    fn build(
+        topology: &Topology,
+        id: TaskId,
+        group: &[usize],
+        config: &TaskConfig,
+        global: bool,
+    ) -> Result<Self> {
+        let app = &config.application_id;
+        let children = topology.children();
+        let local: HashMap<usize, usize> = group.iter().enumerate().map(|(j, &i)| (i, j)).collect();
+        let mut nodes = Vec::with_capacity(group.len());
+        let mut sources = HashMap::new();
+        let mut partitions = Vec::new();
+        let mut store_names: Vec<String> = Vec::new();
+        for (j, &i) in group.iter().enumerate() {
+            let def = &topology.nodes[i];
+            let processor = match &def.kind {
+                NodeKind::Source {
+                    topics,
+                    deserializer,
+                } => {
+                    for t in topics {
+                        let name = t.resolve(app);
+                        partitions.push((name.clone(), id.partition));
+                        sources.insert(name, (j, deserializer.clone()));
+                    }
+                    Box::new(crate::processor::PassThrough)
+                        as Box<dyn crate::processor::RawProcessor>
+                }
+                NodeKind::Processor { supplier } => supplier(),
+                NodeKind::Sink { topic, serializer } => Box::new(sink::SinkProcessor {
+                    topic: topic.resolve(app),
+                    serializer: serializer.clone(),
+                }),
+            };
+            for s in &def.stores {
+                if !store_names.contains(s) {
+                    store_names.push(s.clone());
+                }
+            }
+            nodes.push(NodeRt {
+                name: def.name.clone(),
+                children: children[i]
+                    .iter()
+                    .filter_map(|c| local.get(c).copied())
+                    .collect(),
+                stores: def.stores.clone(),
+                processor: Some(processor),
+            });
+        }
+        let cached = store_names
+            .iter()
+            .filter(|s| topology.store_def(s).is_some_and(|d| d.builder.caching))
+            .count();
+        let mut stores = BTreeMap::new();
+        for s in &store_names {
+            let def = topology
+                .store_def(s)
+                .ok_or_else(|| StreamsError::Topology(format!("state store {s} is not added")))?;
+            let backend =
+                if def.global_topic.is_some() {
+                    let shared = config.global_stores.get(s).cloned().ok_or_else(|| {
+                        StreamsError::Store {
+                            store: s.clone(),
+                            message: "global store not provided to the task".into(),
+                        }
+                    })?;
+                    store::Backend::Global(shared)
+                } else {
+                    let init = StoreInit {
+                        name: s.clone(),
+                        task_id: Some(id),
+                    };
+                    store::Backend::Local(def.builder.build(&init, config.default_store.as_ref())?)
+                };
+            let cache =
+                (def.builder.caching && config.cache_max_bytes > 0 && def.global_topic.is_none())
+                    .then(|| RecordCache::new(config.cache_max_bytes / cached.max(1)));
+            let logger = (def.builder.logging && def.global_topic.is_none())
+                .then(|| ChangeLogger::new(changelog_topic(app, s)));
+            let writable = def.global_topic.is_none() || global;
+            stores.insert(
+                s.clone(),
+                TaskStore::new(s.clone(), backend, cache, logger, writable),
+            );
+        }
+        let mut core = TaskCore {
+            task_id: id,
+            application_id: app.clone(),
+            nodes,
+            stores,
+            outbox: Vec::new(),
+            evicted: Vec::new(),
+            punctuations: Vec::new(),
+            stream_time: -1,
+            wall_clock: 0,
+            commit_requested: false,
+            meta: RecordMeta {
+                partition: id.partition,
+                offset: -1,
+                ..Default::default()
+            },
+        };
+        core.init()?;
+        Ok(Self {
+            id,
+            core,
+            group: PartitionGroup::new(partitions),
+            sources,
+            consumed: BTreeMap::new(),
+            commit_needed: false,
+            max_task_idle_ms: config.max_task_idle_ms,
+            global,
+        })
+    }
+
+    /// The task's id.
+    pub fn id(&self) -> TaskId {
+        self.id
+    }
+
+    /// The input partitions (topic, partition) of this task.
+    pub fn input_partitions(&self) -> Vec<(String, i32)> {
+        self.group.partitions().cloned().collect()
+    }
+
+    /// The names of the task's stores.
+    pub fn store_names(&self) -> Vec<String> {
+        self.core.stores.keys().cloned().collect()
+    }
+
+    /// A store of the task.
+    pub fn store_mut(&mut self, name: &str) -> Option<&mut TaskStore> {
+        self.core.stores.get_mut(name)
+    }
+
+    /// Applies changelog records to a store during restoration (no
+    /// changelog writes, no cache, no forwarding); `None` deletes.
+    pub fn restore(
+        &mut self,
+        store: &str,
+        records: impl IntoIterator<Item = (Bytes, Option<Bytes>)>,
+    ) -> Result<()> {
+        let s = self
+            .core
+            .stores
+            .get_mut(store)
+            .ok_or_else(|| StreamsError::Store {
+                store: store.to_string(),
+                message: "no such store in this task".into(),
+            })?;
+        for (k, v) in records {
+            s.restore(k, v)?;
+        }
+        Ok(())
+    }
+
+    /// Buffers consumed records of (topic, partition); returns how many
+    /// that partition now buffers (pause it beyond
+    /// `buffered.records.per.partition`).
+    pub fn add_records(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: impl IntoIterator<Item = ConsumedRecord>,
+    ) -> Result<usize> {
+        if !self.group.contains(topic, partition)
+            && !(self.global && self.sources.contains_key(topic))
+        {
+            return Err(StreamsError::IllegalState(format!(
+                "task {} does not read {topic}-{partition}",
+                self.id
+            )));
+        }
+        Ok(self.group.add(topic, partition, records))
+    }
+
+    /// Records buffered for (topic, partition).
+    pub fn buffered(&self, topic: &str, partition: i32) -> usize {
+        self.group.buffered(topic, partition)
+    }
+
+    /// Whether a record can be processed at wall-clock `now`.
+    pub fn is_processable(&mut self, now: i64) -> bool {
+        self.group.processable(now, self.max_task_idle_ms)
+    }
+
+    /// Processes one record if one is processable at wall-clock `now`,
+    /// then runs due stream-time punctuations; sends the output to
+    /// `collector`. Returns whether a record was processed.
+    pub fn process(&mut self, now: i64, collector: &mut dyn RecordCollector) -> Result<bool> {
+        self.core.wall_clock = now;
+        if !self.is_processable(now) {
+            return Ok(false);
+        }
+        let Some(((topic, partition), rec)) = self.group.next_record() else {
+            return Ok(false);
+        };
+        self.consumed
+            .insert((topic.clone(), partition), rec.offset + 1);
+        self.commit_needed = true;
+        if rec.timestamp < 0 {
+            tracing::warn!(task = %self.id, %topic, partition, offset = rec.offset, "skipping record with invalid timestamp {}", rec.timestamp);
+            return Ok(true);
+        }
+        let (node, de) = self
+            .sources
+            .get(&topic)
+            .cloned()
+            .ok_or_else(|| StreamsError::IllegalState(format!("no source for {topic}")))?;
+        let (key, value) = de(&topic, rec.key.as_deref(), rec.value.as_deref())?;
+        self.core.stream_time = self.core.stream_time.max(rec.timestamp);
+        self.core.meta = RecordMeta {
+            topic: Some(topic),
+            partition,
+            offset: rec.offset,
+            timestamp: rec.timestamp,
+            headers: rec.headers.clone(),
+        };
+        let r = self.core.run_node(
+            node,
+            RawRecord {
+                key,
+                value,
+                timestamp: rec.timestamp,
+                headers: rec.headers,
+            },
+        );
+        r?;
+        self.core.flush_evicted()?;
+        self.drain(collector)?;
+        let st = self.core.stream_time;
+        self.core.punctuate(PunctuationType::StreamTime, st)?;
+        self.drain(collector)?;
+        Ok(true)
+    }
+
+    /// Processes every processable record.
+    pub fn process_all(&mut self, now: i64, collector: &mut dyn RecordCollector) -> Result<usize> {
+        let mut n = 0;
+        while self.process(now, collector)? {
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Runs wall-clock punctuations due at `now`.
+    pub fn punctuate_wall_clock(
+        &mut self,
+        now: i64,
+        collector: &mut dyn RecordCollector,
+    ) -> Result<bool> {
+        self.core.wall_clock = now;
+        let ran = self.core.punctuate(PunctuationType::WallClockTime, now)?;
+        self.drain(collector)?;
+        Ok(ran)
+    }
+
+    /// The task's stream time (-1 before any record).
+    pub fn stream_time(&self) -> i64 {
+        self.core.stream_time
+    }
+
+    /// Whether a processor asked for a commit since the last one.
+    pub fn commit_requested(&self) -> bool {
+        self.core.commit_requested
+    }
+
+    /// Whether anything was processed since the last commit.
+    pub fn commit_needed(&self) -> bool {
+        self.commit_needed || self.core.commit_requested
+    }
+
+    /// Prepares a commit: flushes caches (forwarding and producing what
+    /// they held) and stores, sends the output to `collector`, and returns
+    /// the offsets to commit (next offset per input partition). The runtime
+    /// must flush its producer before committing them.
+    pub fn prepare_commit(
+        &mut self,
+        collector: &mut dyn RecordCollector,
+    ) -> Result<BTreeMap<(String, i32), i64>> {
+        self.core.flush_all()?;
+        self.drain(collector)?;
+        self.commit_needed = false;
+        self.core.commit_requested = false;
+        Ok(self.consumed.clone())
+    }
+
+    /// Closes processors and stores (after a final commit, if clean).
+    pub fn close(&mut self) -> Result<()> {
+        self.group.clear();
+        self.core.close()
+    }
+
+    fn drain(&mut self, collector: &mut dyn RecordCollector) -> Result<()> {
+        for r in self.core.outbox.drain(..) {
+            collector.send(r)?;
+        }
+        Ok(())
+    }
+}
