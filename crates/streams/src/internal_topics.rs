@@ -281,7 +281,7 @@ impl InternalTopicManager {
                 .copied()
                 .max()
                 .unwrap_or(0);
-            for store in &sub.state_stores {
+            for store in &sub.changelog_stores {
                 let name = changelog_topic_name(application_id, store);
                 internal.push(InternalTopicConfig::changelog(&name, tasks));
             }

@@ -14,6 +14,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use sluice_client::admin::OffsetSpec;
 use sluice_client::consumer::{Consumer, ConsumerConfig, OffsetReset};
 use sluice_client::{Admin, ClientConfig, TopicPartition};
@@ -30,6 +32,18 @@ pub struct ChangelogRestore<'a> {
     pub changelog: TopicPartition,
     /// The offset of the last changelog record the store already holds
     /// (from the checkpoint); `None` restores from the log start.
+    pub checkpoint: Option<i64>,
+}
+
+/// One store to restore through [`StoreChangelogReader::restore_with`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreTarget {
+    /// The store's name.
+    pub store: String,
+    /// Its changelog partition.
+    pub changelog: TopicPartition,
+    /// The offset of the last changelog record the store already holds;
+    /// `None` restores from the log start.
     pub checkpoint: Option<i64>,
 }
 
@@ -88,16 +102,49 @@ impl StoreChangelogReader {
         &mut self,
         stores: &mut [ChangelogRestore<'_>],
     ) -> Result<Vec<RestoredChangelog>> {
-        let tps: Vec<TopicPartition> = stores.iter().map(|s| s.changelog.clone()).collect();
+        let targets: Vec<RestoreTarget> = stores
+            .iter()
+            .map(|s| RestoreTarget {
+                store: s.store.name().to_string(),
+                changelog: s.changelog.clone(),
+                checkpoint: s.checkpoint,
+            })
+            .collect();
+        let results = self
+            .restore_with(&targets, &mut |i, key, value| {
+                let store = &mut *stores[i].store;
+                match value {
+                    Some(v) => store.put(key, v),
+                    None => store.delete(&key).map(|_| ()),
+                }
+            })
+            .await?;
+        for (s, res) in stores.iter_mut().zip(&results) {
+            if res.restored > 0 {
+                s.store.flush()?;
+            }
+        }
+        Ok(results)
+    }
+
+    /// [`restore`](Self::restore) for stores the caller applies records to
+    /// itself (Kafka's `StateRestoreCallback`): `apply(i, key, value)` puts
+    /// (`Some`) or deletes (`None`) `key` in the store of `targets[i]`.
+    pub async fn restore_with(
+        &mut self,
+        targets: &[RestoreTarget],
+        apply: &mut (dyn FnMut(usize, Bytes, Option<Bytes>) -> Result<()> + Send),
+    ) -> Result<Vec<RestoredChangelog>> {
+        let tps: Vec<TopicPartition> = targets.iter().map(|s| s.changelog.clone()).collect();
         if tps.is_empty() {
             return Ok(Vec::new());
         }
         let ends = Self::offsets(&self.admin, &tps, OffsetSpec::Latest).await?;
         let starts = Self::offsets(&self.admin, &tps, OffsetSpec::Earliest).await?;
-        let mut results = Vec::with_capacity(stores.len());
+        let mut results = Vec::with_capacity(targets.len());
         let mut index: BTreeMap<TopicPartition, usize> = BTreeMap::new();
         let mut remaining: Vec<TopicPartition> = Vec::new();
-        for (i, s) in stores.iter().enumerate() {
+        for (i, s) in targets.iter().enumerate() {
             let tp = &s.changelog;
             let end = *ends.get(tp).ok_or_else(|| StreamsError::InternalTopic {
                 topic: tp.topic.clone(),
@@ -108,7 +155,7 @@ impl StoreChangelogReader {
                 Some(c) if c + 1 > end => {
                     return Err(StreamsError::TaskCorrupted(format!(
                         "store {} checkpointed offset {c} of {tp}, past the changelog end {end}",
-                        s.store.name()
+                        s.store
                     )))
                 }
                 Some(c) => (c + 1).max(log_start),
@@ -140,14 +187,8 @@ impl StoreChangelogReader {
             for r in records {
                 let tp = TopicPartition::new(&r.topic, r.partition);
                 let Some(&i) = index.get(&tp) else { continue };
-                let store = &mut *stores[i].store;
                 if let Some(key) = r.key {
-                    match r.value {
-                        Some(v) => store.put(key, v)?,
-                        None => {
-                            store.delete(&key)?;
-                        }
-                    }
+                    apply(i, key, r.value)?;
                 }
                 let res = &mut results[i];
                 res.restored += 1;
@@ -169,16 +210,8 @@ impl StoreChangelogReader {
                 )));
             }
         }
-        for (s, res) in stores.iter_mut().zip(&results) {
-            if res.restored > 0 {
-                s.store.flush()?;
-            }
-            tracing::debug!(
-                store = s.store.name(),
-                changelog = %res.changelog,
-                restored = res.restored,
-                "restored"
-            );
+        for res in &results {
+            tracing::debug!(changelog = %res.changelog, restored = res.restored, "restored");
         }
         Ok(results)
     }

@@ -21,6 +21,7 @@ fn word_count() -> TopologyMetadata {
                 source_topics: vec!["input".into()],
                 repartition_source_topics: vec![],
                 state_stores: vec![],
+                changelog_stores: vec![],
                 copartition_groups: vec![],
             },
             SubtopologyMetadata {
@@ -28,6 +29,7 @@ fn word_count() -> TopologyMetadata {
                 source_topics: vec![],
                 repartition_source_topics: vec!["wc-counts-repartition".into()],
                 state_stores: vec!["counts".into()],
+                changelog_stores: vec!["counts".into()],
                 copartition_groups: vec![],
             },
         ],
@@ -127,6 +129,7 @@ async fn copartitioning_violation_fails_at_start() {
             source_topics: vec!["orders".into(), "customers".into()],
             repartition_source_topics: vec![],
             state_stores: vec!["customers-store".into()],
+            changelog_stores: vec!["customers-store".into()],
             copartition_groups: vec![vec!["orders".into(), "customers".into()]],
         }],
         repartition_topics: vec![],

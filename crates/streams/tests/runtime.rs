@@ -1,6 +1,7 @@
 //! The runtime (KafkaStreams, stream threads, the streams assignor, state
 //! directories, restoration, checkpoints) against a real in-process broker,
-//! driving a hand-written counting task through the `RuntimeTask` trait:
+//! driving a hand-written counting task through the `RuntimeTask` trait
+//! (independent of the DSL, so the runtime's behaviour is tested alone):
 //! it counts records per key of a 6-partition input in a persistent,
 //! logged store and writes each new count (8-byte big-endian, as Kafka's
 //! LongSerializer) to an output topic.
@@ -16,51 +17,18 @@ use sluice_client::consumer::{Consumer, ConsumerConfig, ConsumerRecord};
 use sluice_client::{ProducerRecord, TopicPartition};
 use sluice_streams::assignor::{SubtopologyMetadata, TopologyMetadata};
 use sluice_streams::config::StreamsConfig;
+use sluice_streams::processor::Headers;
 use sluice_streams::runtime::{
     KafkaStreams, OutputRecord, RuntimeTask, State, StoreSpec, TaskFactory,
 };
+use sluice_streams::state::directory::StateDirectory;
+use sluice_streams::state::persistent::PersistentKeyValueStore;
 use sluice_streams::state::KeyValueStore;
 use sluice_streams::{Result, TaskId};
 
 const INPUT: &str = "input";
 const OUTPUT: &str = "output";
 const PARTITIONS: i32 = 6;
-
-/// A map store for the factory's in-memory stores (unused by the counting
-/// task, whose store is persistent).
-#[derive(Debug, Default)]
-struct MapStore(String, BTreeMap<Bytes, Bytes>);
-
-impl KeyValueStore for MapStore {
-    fn name(&self) -> &str {
-        &self.0
-    }
-    fn persistent(&self) -> bool {
-        false
-    }
-    fn get(&self, key: &[u8]) -> Result<Option<Bytes>> {
-        Ok(self.1.get(key).cloned())
-    }
-    fn put(&mut self, key: Bytes, value: Bytes) -> Result<()> {
-        self.1.insert(key, value);
-        Ok(())
-    }
-    fn delete(&mut self, key: &[u8]) -> Result<Option<Bytes>> {
-        Ok(self.1.remove(key))
-    }
-    fn range(&self, _: Option<&[u8]>, _: Option<&[u8]>) -> Result<Vec<(Bytes, Bytes)>> {
-        Ok(self.1.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-    }
-    fn approximate_num_entries(&self) -> u64 {
-        self.1.len() as u64
-    }
-    fn flush(&mut self) -> Result<()> {
-        Ok(())
-    }
-    fn close(&mut self) -> Result<()> {
-        Ok(())
-    }
-}
 
 /// Counts records per key.
 struct CountTask {
@@ -76,8 +44,16 @@ impl RuntimeTask for CountTask {
     fn id(&self) -> TaskId {
         self.id
     }
-    fn add_records(&mut self, _: &TopicPartition, records: Vec<ConsumerRecord>) {
+    fn add_records(&mut self, _: &TopicPartition, records: Vec<ConsumerRecord>) -> Result<()> {
         self.queue.extend(records);
+        Ok(())
+    }
+    fn restore(&mut self, store: &str, key: Bytes, value: Option<Bytes>) -> Result<()> {
+        assert_eq!(store, "counts");
+        match value {
+            Some(v) => self.store.put(key, v),
+            None => self.store.delete(&key).map(|_| ()),
+        }
     }
     fn buffered(&self, _: &TopicPartition) -> usize {
         self.queue.len()
@@ -92,13 +68,9 @@ impl RuntimeTask for CountTask {
             });
             let count = Bytes::copy_from_slice(&(old + 1).to_be_bytes());
             self.store.put(key.clone(), count.clone())?;
-            for (topic, partition, changelog_of) in [
-                (
-                    self.changelog.clone(),
-                    Some(self.id.partition),
-                    Some("counts".to_string()),
-                ),
-                (OUTPUT.to_string(), None, None),
+            for (topic, partition) in [
+                (self.changelog.clone(), Some(self.id.partition)),
+                (OUTPUT.to_string(), None),
             ] {
                 self.out.push(OutputRecord {
                     topic,
@@ -106,8 +78,7 @@ impl RuntimeTask for CountTask {
                     key: Some(key.clone()),
                     value: Some(count.clone()),
                     timestamp: r.timestamp,
-                    headers: Vec::new(),
-                    changelog_of,
+                    headers: Headers::default(),
                 });
             }
         }
@@ -144,18 +115,18 @@ impl TaskFactory for CountFactory {
             logged: true,
         }]
     }
-    fn in_memory_store(&self, name: &str) -> Box<dyn KeyValueStore> {
-        Box::new(MapStore(name.to_string(), BTreeMap::new()))
-    }
     fn create_task(
         &self,
         id: TaskId,
         _: Vec<TopicPartition>,
-        mut stores: BTreeMap<String, Box<dyn KeyValueStore>>,
+        state_dir: &Arc<StateDirectory>,
     ) -> Result<Box<dyn RuntimeTask>> {
         Ok(Box::new(CountTask {
             id,
-            store: stores.remove("counts").expect("counts store"),
+            store: Box::new(PersistentKeyValueStore::open(
+                "counts",
+                &state_dir.store_dir(id, "counts"),
+            )?),
             queue: VecDeque::new(),
             processed: BTreeMap::new(),
             out: Vec::new(),
@@ -171,6 +142,7 @@ fn topology() -> TopologyMetadata {
             source_topics: vec![INPUT.into()],
             repartition_source_topics: vec![],
             state_stores: vec!["counts".into()],
+            changelog_stores: vec!["counts".into()],
             copartition_groups: vec![],
         }],
         repartition_topics: vec![],

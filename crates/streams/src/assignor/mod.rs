@@ -49,9 +49,11 @@ pub struct SubtopologyMetadata {
     pub source_topics: Vec<String>,
     /// Repartition topics it reads (full names, `<application.id>-<name>-repartition`).
     pub repartition_source_topics: Vec<String>,
-    /// Names of its state stores; each has a changelog
-    /// `<application.id>-<store>-changelog` unless logging is disabled.
+    /// Names of its state stores (any store makes its tasks stateful).
     pub state_stores: Vec<String>,
+    /// The stores among them with a changelog
+    /// `<application.id>-<store>-changelog` (logging enabled).
+    pub changelog_stores: Vec<String>,
     /// Groups of its source topics that must be co-partitioned (joins).
     pub copartition_groups: Vec<Vec<String>>,
 }

@@ -5,13 +5,15 @@
 //! producer, the state folders, restoration and checkpoints.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use sluice_client::consumer::ConsumerRecord;
 use sluice_client::TopicPartition;
 
 use crate::error::Result;
-use crate::state::KeyValueStore;
+use crate::state::directory::StateDirectory;
+pub use crate::task::OutputRecord;
 use crate::task_id::TaskId;
 
 /// A state store a task needs.
@@ -25,34 +27,19 @@ pub struct StoreSpec {
     pub logged: bool,
 }
 
-/// A record a task wants written (to a sink topic, a repartition topic or a
-/// changelog).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutputRecord {
-    /// Topic.
-    pub topic: String,
-    /// Partition; `None` lets the producer's partitioner pick by key.
-    pub partition: Option<i32>,
-    /// Key.
-    pub key: Option<Bytes>,
-    /// Value (`None`: a tombstone).
-    pub value: Option<Bytes>,
-    /// Timestamp (ms).
-    pub timestamp: i64,
-    /// Headers.
-    pub headers: Vec<(String, Option<Bytes>)>,
-    /// The store whose changelog this is, if it is a changelog record
-    /// (then `partition` is the task's partition); the runtime checkpoints
-    /// the offsets it gets.
-    pub changelog_of: Option<String>,
-}
-
 /// An active task as the stream thread drives it.
 pub trait RuntimeTask: Send {
     /// Its id.
     fn id(&self) -> TaskId;
     /// Buffers records fetched from one of its partitions, in offset order.
-    fn add_records(&mut self, partition: &TopicPartition, records: Vec<ConsumerRecord>);
+    fn add_records(
+        &mut self,
+        partition: &TopicPartition,
+        records: Vec<ConsumerRecord>,
+    ) -> Result<()>;
+    /// Applies one changelog record to store `store` while restoring (no
+    /// changelog write, no cache, no forwarding); `None` deletes.
+    fn restore(&mut self, store: &str, key: Bytes, value: Option<Bytes>) -> Result<()>;
     /// Records buffered but not processed yet for `partition`.
     fn buffered(&self, partition: &TopicPartition) -> usize;
     /// Processes at most one record (choosing across partitions by
@@ -80,13 +67,16 @@ pub trait RuntimeTask: Send {
 pub trait TaskFactory: Send + Sync {
     /// The stores of sub-topology `subtopology`.
     fn stores(&self, subtopology: u32) -> Vec<StoreSpec>;
-    /// A fresh in-memory store named `name`.
-    fn in_memory_store(&self, name: &str) -> Box<dyn KeyValueStore>;
-    /// The task `id` over `partitions`, with its restored stores by name.
+    /// The task `id` over `partitions`. Its persistent stores must be
+    /// [`PersistentKeyValueStore`](crate::state::persistent::PersistentKeyValueStore)s
+    /// opened in [`StateDirectory::store_dir`] (the runtime wipes those
+    /// folders when their state cannot be trusted); the runtime restores
+    /// every logged store through [`RuntimeTask::restore`] before the first
+    /// record.
     fn create_task(
         &self,
         id: TaskId,
         partitions: Vec<TopicPartition>,
-        stores: BTreeMap<String, Box<dyn KeyValueStore>>,
+        state_dir: &Arc<StateDirectory>,
     ) -> Result<Box<dyn RuntimeTask>>;
 }

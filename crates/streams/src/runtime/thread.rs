@@ -26,7 +26,7 @@ use super::task::{OutputRecord, RuntimeTask, TaskFactory};
 use crate::assignor::{HostInfo, StreamsPartitionAssignor, ThreadTaskState, TopologyMetadata};
 use crate::config::StreamsConfig;
 use crate::error::{Result, StreamsError};
-use crate::internal_topics::InternalTopicManager;
+use crate::internal_topics::{changelog_topic_name, InternalTopicManager};
 use crate::restore::StoreChangelogReader;
 use crate::state::directory::StateDirectory;
 use crate::task_id::TaskId;
@@ -163,6 +163,7 @@ pub(crate) struct StreamThread {
     last_commit: Instant,
     last_purge: Instant,
     repartition_topics: BTreeSet<String>,
+    changelog_topics: BTreeSet<String>,
 }
 
 fn now_ms() -> i64 {
@@ -216,6 +217,13 @@ impl StreamThread {
             .iter()
             .map(|r| r.name.clone())
             .collect();
+        let changelog_topics = ctx
+            .topology
+            .subtopologies
+            .iter()
+            .flat_map(|s| s.changelog_stores.iter())
+            .map(|store| changelog_topic_name(&ctx.config.application_id, store))
+            .collect();
         if let Ok(sums) = ctx.state_dir.task_offset_sums() {
             assignor_state
                 .lock()
@@ -239,6 +247,7 @@ impl StreamThread {
             last_commit: Instant::now(),
             last_purge: Instant::now(),
             repartition_topics,
+            changelog_topics,
         })
     }
 
@@ -361,25 +370,32 @@ impl StreamThread {
     async fn init_pending(&mut self) -> Result<()> {
         let ids: Vec<TaskId> = self.pending.keys().copied().collect();
         for id in ids {
-            let opened = TaskStateManager::open(
-                &self.ctx.state_dir,
-                &self.ctx.config.application_id,
-                self.ctx.factory.as_ref(),
-                id,
-                &mut self.reader,
-            )
-            .await?;
-            let Some((state, stores)) = opened else {
+            let dir = &self.ctx.state_dir;
+            let specs = self.ctx.factory.stores(id.subtopology);
+            let Some(mut state) =
+                TaskStateManager::open(dir, &self.ctx.config.application_id, &specs, id)?
+            else {
                 continue;
             };
             let partitions = self.pending.remove(&id).unwrap_or_default();
+            let factory = self.ctx.factory.clone();
+            let mut task = factory.create_task(id, partitions.clone(), dir)?;
+            match state.restore(task.as_mut(), &mut self.reader).await {
+                Ok(()) => {}
+                Err(StreamsError::TaskCorrupted(why)) => {
+                    tracing::warn!(task = %id, "{why}: wiping its state and restoring from scratch");
+                    task.close()?;
+                    drop(task);
+                    state.wipe(dir)?;
+                    task = factory.create_task(id, partitions.clone(), dir)?;
+                    state.restore(task.as_mut(), &mut self.reader).await?;
+                }
+                Err(e) => return Err(e),
+            }
+            state.write_checkpoint(dir)?;
             self.shared
                 .restored
                 .fetch_add(state.restored(), Ordering::Relaxed);
-            let task = self
-                .ctx
-                .factory
-                .create_task(id, partitions.clone(), stores)?;
             tracing::info!(thread = %self.shared.name, task = %id, restored = state.restored(), "task ready");
             self.tasks.insert(
                 id,
@@ -410,7 +426,7 @@ impl StreamThread {
                     if let Some(last) = recs.last() {
                         self.fetched.insert(tp.clone(), last.offset + 1);
                     }
-                    active.task.add_records(&tp, recs);
+                    active.task.add_records(&tp, recs)?;
                 }
                 None => {
                     if let Some(first) = recs.first() {
@@ -459,7 +475,7 @@ impl StreamThread {
 
     async fn send(&mut self, records: Vec<OutputRecord>) -> Result<()> {
         for r in records {
-            let changelog = r.changelog_of.is_some();
+            let changelog = self.changelog_topics.contains(&r.topic);
             let record = ProducerRecord {
                 topic: r.topic,
                 partition: r.partition,
@@ -468,8 +484,9 @@ impl StreamThread {
                 timestamp: Some(r.timestamp),
                 headers: r
                     .headers
+                    .0
                     .into_iter()
-                    .map(|(k, v)| (k.into_bytes(), v.map(|v| v.to_vec())))
+                    .map(|h| (h.key.into_bytes(), h.value.map(|v| v.to_vec())))
                     .collect(),
             };
             let deliveries = self.deliveries.clone();
@@ -594,7 +611,7 @@ impl StreamThread {
         {
             let mut d = self.deliveries.lock().unwrap_or_else(|e| e.into_inner());
             for (tp, o) in changelog {
-                if !active.state.changelog_partitions().any(|c| *c == tp) {
+                if !active.state.is_changelog(&tp) {
                     let e = d.changelog.entry(tp).or_insert(o);
                     *e = (*e).max(o);
                 }
