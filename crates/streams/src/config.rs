@@ -38,6 +38,10 @@ pub struct StreamsConfig {
     /// `application.server`: `host:port` for interactive queries, sent in
     /// the subscription.
     pub application_server: Option<String>,
+    /// `max.task.idle.ms` (default 0).
+    pub max_task_idle_ms: i64,
+    /// `statestore.cache.max.bytes` (default 10485760), split over the threads.
+    pub cache_max_bytes: usize,
     /// `session.timeout.ms` of the main consumer (default 45000).
     pub session_timeout: Duration,
     /// `heartbeat.interval.ms` of the main consumer (default 3000).
@@ -60,6 +64,8 @@ impl StreamsConfig {
             replication_factor: -1,
             repartition_purge_interval: Duration::from_secs(30),
             application_server: None,
+            max_task_idle_ms: 0,
+            cache_max_bytes: 10 * 1024 * 1024,
             session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(3),
         }
@@ -94,6 +100,10 @@ impl StreamsConfig {
             "repartition.purge.interval.ms" => self.repartition_purge_interval = ms(value)?,
             "application.server" => self.application_server = Some(value.to_string()),
             "session.timeout.ms" => self.session_timeout = ms(value)?,
+            "max.task.idle.ms" => self.max_task_idle_ms = value.parse().map_err(|_| bad())?,
+            "statestore.cache.max.bytes" => {
+                self.cache_max_bytes = value.parse().map_err(|_| bad())?;
+            }
             "heartbeat.interval.ms" => self.heartbeat_interval = ms(value)?,
             "processing.guarantee" if value == "at_least_once" => {}
             _ => {

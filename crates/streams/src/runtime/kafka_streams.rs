@@ -210,6 +210,25 @@ impl KafkaStreams {
         })
     }
 
+    /// An instance running a DSL or processor-API `topology`: its tasks are
+    /// [`StreamTask`](crate::task::StreamTask)s whose default stores are
+    /// persistent (fjall). `statestore.cache.max.bytes` is split evenly
+    /// over the threads, then over each task's cached stores.
+    pub fn from_topology(
+        topology: crate::topology::Topology,
+        config: StreamsConfig,
+    ) -> Result<Self> {
+        let threads = config.num_stream_threads.max(1);
+        let factory = super::topology_tasks::TopologyTaskFactory::new(
+            topology,
+            &config.application_id,
+            config.max_task_idle_ms,
+            config.cache_max_bytes / threads,
+        )?;
+        let metadata = super::topology_tasks::topology_metadata(factory.info());
+        Self::new(metadata, Arc::new(factory), config)
+    }
+
     /// The current state.
     pub fn state(&self) -> State {
         self.inner.state()

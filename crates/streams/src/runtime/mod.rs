@@ -6,11 +6,13 @@
 //! | [`state_manager`] | a task's locked folder, stores, restoration and checkpoint (`ProcessorStateManager`) |
 //! | [`thread`] | `StreamThread`: consumer + producer + tasks, the poll/process/commit loop |
 //! | [`kafka_streams`] | [`KafkaStreams`]: threads, states, listener, error handler |
+//! | [`topology_tasks`] | the glue to the DSL's `Topology`: `StreamTask`s as runtime tasks |
 
 pub mod kafka_streams;
 pub mod state_manager;
 pub mod task;
 pub mod thread;
+pub mod topology_tasks;
 
 pub use kafka_streams::{KafkaStreams, State, StreamThreadExceptionResponse};
 pub use task::{OutputRecord, RuntimeTask, StoreSpec, TaskFactory};
