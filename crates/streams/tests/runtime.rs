@@ -340,8 +340,8 @@ async fn tasks_migrate_between_instances_and_state_follows() {
         b_tasks.iter().all(|t| b.active_tasks().contains(t)),
         "sticky"
     );
-    produce(&server, 2400, 600, 30, &mut reference).await;
     let before = b.processed_records();
+    produce(&server, 2400, 600, 30, &mut reference).await;
     eventually("batch 3 processed", || {
         b.processed_records() >= before + 600
     })
