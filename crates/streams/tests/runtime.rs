@@ -9,6 +9,7 @@
 mod common;
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,17 +19,21 @@ use sluice_client::{ProducerRecord, TopicPartition};
 use sluice_streams::assignor::{SubtopologyMetadata, TopologyMetadata};
 use sluice_streams::config::StreamsConfig;
 use sluice_streams::processor::Headers;
+use sluice_streams::runtime::StreamThreadExceptionResponse;
 use sluice_streams::runtime::{
     KafkaStreams, OutputRecord, RuntimeTask, State, StoreSpec, TaskFactory,
 };
 use sluice_streams::state::directory::StateDirectory;
 use sluice_streams::state::persistent::PersistentKeyValueStore;
 use sluice_streams::state::KeyValueStore;
-use sluice_streams::{Result, TaskId};
+use sluice_streams::{Result, StreamsError, TaskId};
 
 const INPUT: &str = "input";
 const OUTPUT: &str = "output";
 const PARTITIONS: i32 = 6;
+
+/// The next record with value `boom` fails its task (once).
+static BOOM_ARMED: AtomicBool = AtomicBool::new(false);
 
 /// Counts records per key.
 struct CountTask {
@@ -62,6 +67,9 @@ impl RuntimeTask for CountTask {
         let Some(r) = self.queue.pop_front() else {
             return Ok(false);
         };
+        if r.value.as_deref() == Some(b"boom") && BOOM_ARMED.swap(false, Ordering::SeqCst) {
+            return Err(StreamsError::IllegalState("boom".into()));
+        }
         if let Some(key) = r.key.clone() {
             let old = self.store.get(&key)?.map_or(0, |v| {
                 i64::from_be_bytes(v[..8].try_into().unwrap_or([0; 8]))
@@ -150,12 +158,22 @@ fn topology() -> TopologyMetadata {
 }
 
 fn instance(server: &common::TestServer, app: &str, state_dir: &std::path::Path) -> KafkaStreams {
+    instance_with(server, app, state_dir, |_| {})
+}
+
+fn instance_with(
+    server: &common::TestServer,
+    app: &str,
+    state_dir: &std::path::Path,
+    f: impl FnOnce(&mut StreamsConfig),
+) -> KafkaStreams {
     let mut cfg = StreamsConfig::new(app, server.client_config());
     cfg.set("commit.interval.ms", "100").expect("cfg");
     cfg.set("state.dir", &state_dir.display().to_string())
         .expect("cfg");
     cfg.set("session.timeout.ms", "6000").expect("cfg");
     cfg.set("heartbeat.interval.ms", "200").expect("cfg");
+    f(&mut cfg);
     KafkaStreams::new(topology(), Arc::new(CountFactory { app: app.into() }), cfg).expect("streams")
 }
 
@@ -300,7 +318,9 @@ async fn tasks_migrate_between_instances_and_state_follows() {
         tempfile::tempdir().expect("state"),
     );
     let mut reference = BTreeMap::new();
-    let a = instance(&server, "mig", sa.path());
+    let a = instance_with(&server, "mig", sa.path(), |c| {
+        c.set("state.cleanup.delay.ms", "300").expect("cfg");
+    });
     a.start().await.expect("start a");
     assert!(
         a.wait_for_state(State::Running, Duration::from_secs(30))
@@ -322,6 +342,20 @@ async fn tasks_migrate_between_instances_and_state_follows() {
     .await;
     let b_tasks = b.active_tasks();
     assert!(a.active_tasks().is_disjoint(&b_tasks));
+    // a's cleaner deletes the folders of the tasks it gave away.
+    let a_dir = sa.path().join("mig");
+    eventually("a's obsolete task folders deleted", || {
+        let folders: Vec<String> = std::fs::read_dir(&a_dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter(|e| e.path().is_dir())
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        folders.len() == 3 && b_tasks.iter().all(|t| !folders.contains(&t.to_string()))
+    })
+    .await;
     produce(&server, 1200, 1200, 30, &mut reference).await;
     eventually("batch 2 processed", || {
         a.processed_records() + b.processed_records() >= 2400
@@ -407,5 +441,123 @@ async fn clean_restart_restores_from_the_checkpoint() {
     eventually("processed", || third.processed_records() >= 300).await;
     assert!(third.close(Duration::from_secs(30)).await);
     assert_eq!(output_counts(&server).await, reference);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn threads_can_be_added_and_removed_at_run_time() {
+    let server = start_server().await;
+    let state = tempfile::tempdir().expect("state");
+    let mut reference = BTreeMap::new();
+    let streams = instance(&server, "threads", state.path());
+    streams.start().await.expect("start");
+    assert!(
+        streams
+            .wait_for_state(State::Running, Duration::from_secs(30))
+            .await
+    );
+    assert_eq!(streams.thread_tasks().len(), 1);
+    produce(&server, 0, 600, 20, &mut reference).await;
+
+    let added = streams.add_stream_thread().expect("add");
+    assert_eq!(added, "threads-StreamThread-2");
+    eventually("3 + 3 over two threads", || {
+        let t = streams.thread_tasks();
+        t.len() == 2
+            && t.values().all(|tasks| tasks.len() == 3)
+            && streams.state() == State::Running
+    })
+    .await;
+    produce(&server, 600, 600, 20, &mut reference).await;
+    let removed = streams
+        .remove_stream_thread(Duration::from_secs(30))
+        .await
+        .expect("remove");
+    assert_eq!(removed.as_deref(), Some("threads-StreamThread-2"));
+    eventually("one thread with 6 tasks", || {
+        let t = streams.thread_tasks();
+        t.len() == 1
+            && t.values().all(|tasks| tasks.len() == 6)
+            && streams.state() == State::Running
+    })
+    .await;
+    produce(&server, 1200, 600, 20, &mut reference).await;
+    eventually("all processed", || streams.processed_records() >= 1800).await;
+    assert!(streams.close(Duration::from_secs(30)).await);
+    assert_eq!(output_counts(&server).await, reference);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_thread_is_replaced_or_stops_the_client() {
+    let server = start_server().await;
+    let state = tempfile::tempdir().expect("state");
+    let mut reference = BTreeMap::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let streams = instance(&server, "replace", state.path());
+    streams
+        .set_uncaught_exception_handler(move |e| {
+            assert!(e.to_string().contains("boom"), "{e}");
+            seen.fetch_add(1, Ordering::SeqCst);
+            StreamThreadExceptionResponse::ReplaceThread
+        })
+        .expect("handler");
+    streams.start().await.expect("start");
+    assert!(
+        streams
+            .wait_for_state(State::Running, Duration::from_secs(30))
+            .await
+    );
+    BOOM_ARMED.store(true, Ordering::SeqCst);
+    let producer = server.producer(|_| {}).await;
+    producer
+        .send(ProducerRecord::new(INPUT, "boom").key(b"w0".to_vec()))
+        .await
+        .expect("send")
+        .await
+        .expect("ack");
+    producer.close().await.expect("close");
+    *reference.entry("w0".to_string()).or_default() += 1;
+    produce(&server, 0, 300, 10, &mut reference).await;
+    eventually("a replacement thread", || calls.load(Ordering::SeqCst) == 1).await;
+    eventually("running again", || {
+        streams.state() == State::Running && streams.active_tasks().len() == 6
+    })
+    .await;
+    assert!(streams
+        .thread_tasks()
+        .contains_key("replace-StreamThread-2"));
+    assert_eq!(streams.errors().len(), 1);
+    assert!(streams.close(Duration::from_secs(30)).await);
+    // At least once: every record is counted, some maybe twice.
+    let out = output_counts(&server).await;
+    for (k, n) in &reference {
+        assert!(
+            out.get(k).is_some_and(|c| c >= n),
+            "{k}: {:?} < {n}",
+            out.get(k)
+        );
+    }
+
+    // The default handler shuts the client down: ERROR.
+    let failing = instance(&server, "shutdown", state.path());
+    let states: Arc<Mutex<Vec<State>>> = Arc::default();
+    let log = states.clone();
+    failing
+        .set_state_listener(move |new, _| log.lock().expect("lock").push(new))
+        .expect("listener");
+    BOOM_ARMED.store(true, Ordering::SeqCst);
+    failing.start().await.expect("start");
+    assert!(
+        failing
+            .wait_for_state(State::Error, Duration::from_secs(30))
+            .await
+    );
+    let states = states.lock().expect("lock").clone();
+    assert_eq!(
+        &states[states.len() - 2..],
+        &[State::PendingError, State::Error]
+    );
     server.stop().await;
 }

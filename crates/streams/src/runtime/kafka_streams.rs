@@ -283,6 +283,7 @@ impl KafkaStreams {
                 for _ in 0..self.inner.config.num_stream_threads {
                     spawn_thread(&self.inner);
                 }
+                spawn_cleaner(&self.inner);
                 Ok(())
             }
             Err(e) => {
@@ -460,6 +461,42 @@ async fn stop_threads(inner: &Arc<Inner>, timeout: Duration) -> bool {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Kafka's state directory cleaner: every `state.cleanup.delay.ms`,
+/// deletes the folders of tasks this instance no longer runs and nobody
+/// holds, once untouched for that long.
+fn spawn_cleaner(inner: &Arc<Inner>) {
+    let weak = Arc::downgrade(inner);
+    let delay = inner.config.state_cleanup_delay;
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(delay.max(Duration::from_millis(100))).await;
+            let Some(inner) = weak.upgrade() else { return };
+            if !inner.state().is_running_or_rebalancing() {
+                return;
+            }
+            let active: BTreeSet<TaskId> = inner
+                .live_threads()
+                .iter()
+                .flat_map(|t| t.tasks.lock().unwrap_or_else(|e| e.into_inner()).clone())
+                .collect();
+            let dir = inner
+                .state_dir
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if let Some(dir) = dir {
+                match dir.clean_removed_tasks(&active, delay) {
+                    Ok(removed) if !removed.is_empty() => {
+                        tracing::info!(?removed, "cleaned obsolete task directories");
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("state directory cleanup failed: {e}"),
+                }
+            }
+        }
+    });
 }
 
 /// Starts a thread; its name.
