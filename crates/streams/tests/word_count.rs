@@ -222,3 +222,72 @@ async fn word_count_over_six_partitions() {
     assert!(again.close(Duration::from_secs(30)).await);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn word_count_tasks_migrate_and_counts_continue() {
+    let server = common::start_with(|c| {
+        c.set("group.initial.rebalance.delay.ms", "0").expect("cfg");
+    })
+    .await;
+    server.create_topic(INPUT, 6).await;
+    server.create_topic(OUTPUT, 6).await;
+    let (sa, sb) = (
+        tempfile::tempdir().expect("state"),
+        tempfile::tempdir().expect("state"),
+    );
+    let one_thread = |dir: &std::path::Path| {
+        let mut c = config(&server, dir);
+        c.set("num.stream.threads", "1").expect("cfg");
+        c
+    };
+    let mut reference = BTreeMap::new();
+    let a = KafkaStreams::from_topology(word_count(), one_thread(sa.path())).expect("a");
+    a.start().await.expect("start a");
+    assert!(
+        a.wait_for_state(State::Running, Duration::from_secs(30))
+            .await
+    );
+    // 6 tasks of each sub-topology.
+    assert_eq!(a.active_tasks().len(), 12);
+    produce(&server, 0, 600, &mut reference).await;
+    wait_for_output(&server, &reference).await;
+
+    let b = KafkaStreams::from_topology(word_count(), one_thread(sb.path())).expect("b");
+    b.start().await.expect("start b");
+    for _ in 0..300 {
+        if a.active_tasks().len() == 6
+            && b.active_tasks().len() == 6
+            && a.state() == State::Running
+            && b.state() == State::Running
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!((a.active_tasks().len(), b.active_tasks().len()), (6, 6));
+    // Each instance has 3 stateful (counting) tasks.
+    assert_eq!(
+        b.active_tasks()
+            .iter()
+            .filter(|t| t.subtopology == 1)
+            .count(),
+        3
+    );
+    assert!(b.restored_records() > 0, "b restored its counting tasks");
+    produce(&server, 600, 600, &mut reference).await;
+    wait_for_output(&server, &reference).await;
+
+    assert!(a.close(Duration::from_secs(30)).await);
+    for _ in 0..300 {
+        if b.active_tasks().len() == 12 && b.state() == State::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(b.active_tasks().len(), 12);
+    produce(&server, 1200, 600, &mut reference).await;
+    // Counts continue from the changelogs, without double counting.
+    wait_for_output(&server, &reference).await;
+    assert!(b.close(Duration::from_secs(30)).await);
+    server.stop().await;
+}
