@@ -561,3 +561,51 @@ async fn a_failed_thread_is_replaced_or_stops_the_client() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_application_stops_every_instance() {
+    let server = start_server().await;
+    let (sa, sb) = (
+        tempfile::tempdir().expect("state"),
+        tempfile::tempdir().expect("state"),
+    );
+    let a = instance(&server, "app-stop", sa.path());
+    a.set_uncaught_exception_handler(|_| StreamThreadExceptionResponse::ShutdownApplication)
+        .expect("handler");
+    let b = instance(&server, "app-stop", sb.path());
+    a.start().await.expect("start a");
+    b.start().await.expect("start b");
+    eventually("3 + 3", || {
+        a.active_tasks().len() == 3 && b.active_tasks().len() == 3
+    })
+    .await;
+    // A record for one of a's tasks fails it.
+    let a_partition = a.active_tasks().iter().next().expect("a task").partition;
+    BOOM_ARMED.store(true, Ordering::SeqCst);
+    let producer = server.producer(|_| {}).await;
+    producer
+        .send(ProducerRecord::new(INPUT, "boom").partition(a_partition))
+        .await
+        .expect("send")
+        .await
+        .expect("ack");
+    producer.close().await.expect("close");
+    assert!(
+        a.wait_for_state(State::Error, Duration::from_secs(30))
+            .await,
+        "a: {:?}",
+        a.state()
+    );
+    assert!(
+        b.wait_for_state(State::Error, Duration::from_secs(30))
+            .await,
+        "b: {:?}",
+        b.state()
+    );
+    assert!(
+        b.errors().is_empty(),
+        "b itself did not fail: {:?}",
+        b.errors()
+    );
+    server.stop().await;
+}

@@ -35,6 +35,10 @@ use crate::task_id::TaskId;
 /// The encoding version this library writes.
 pub const LATEST_SUPPORTED_VERSION: i32 = 1;
 
+/// The error code asking every instance of the application to shut down
+/// (Kafka's `AssignorError.SHUTDOWN_REQUESTED`).
+pub const SHUTDOWN_REQUESTED: i32 = 2;
+
 /// Offset sum Kafka reports for a task the member runs as active right now
 /// (`Task.LATEST_OFFSET`): its state is fully caught up.
 pub const LATEST_OFFSET: i64 = -2;

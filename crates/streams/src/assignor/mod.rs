@@ -35,7 +35,7 @@ use crate::task_id::TaskId;
 pub mod balance;
 pub mod info;
 
-pub use info::{AssignmentInfo, HostInfo, SubscriptionInfo, LATEST_OFFSET};
+pub use info::{AssignmentInfo, HostInfo, SubscriptionInfo, LATEST_OFFSET, SHUTDOWN_REQUESTED};
 
 /// The protocol name Kafka Streams registers its assignor under.
 pub const STREAMS_PROTOCOL: &str = "stream";
@@ -192,6 +192,9 @@ pub struct ThreadTaskState {
     pub task_offset_sums: BTreeMap<TaskId, i64>,
     /// The last assignment received: generation, its info and partitions.
     pub assignment: Option<ReceivedAssignment>,
+    /// Non-zero asks the whole group to shut down (sent in the
+    /// subscription; Kafka's `AssignorError.SHUTDOWN_REQUESTED`).
+    pub error_code: i32,
 }
 
 /// An assignment as a member received it.
@@ -267,6 +270,7 @@ impl StreamsPartitionAssignor {
             info.task_offset_sums.insert(*t, LATEST_OFFSET);
         }
         info.user_endpoint.clone_from(&self.user_endpoint);
+        info.error_code = st.error_code;
         info
     }
 
@@ -277,6 +281,27 @@ impl StreamsPartitionAssignor {
         partitions_per_topic: &BTreeMap<String, i32>,
         members: &BTreeMap<String, Option<SubscriptionInfo>>,
     ) -> BTreeMap<String, (Vec<TopicPartition>, AssignmentInfo)> {
+        // A member asked the application to shut down: nobody gets
+        // anything, everybody gets the error code.
+        if let Some(code) = members
+            .values()
+            .flatten()
+            .map(|i| i.error_code)
+            .find(|c| *c != 0)
+        {
+            return members
+                .keys()
+                .map(|m| {
+                    let info = AssignmentInfo {
+                        version: info::LATEST_SUPPORTED_VERSION,
+                        latest_supported_version: info::LATEST_SUPPORTED_VERSION,
+                        error_code: code,
+                        ..AssignmentInfo::default()
+                    };
+                    (m.clone(), (Vec::new(), info))
+                })
+                .collect();
+        }
         let tasks = self.topology.tasks(partitions_per_topic);
         let stateful_ids: BTreeSet<u32> = self
             .topology

@@ -277,3 +277,35 @@ fn undecodable_members_still_get_an_assignment() {
     assert_eq!(out["odd"].partitions.len(), 2);
     assert_eq!(out["a-StreamThread-1-consumer"].partitions.len(), 2);
 }
+
+#[test]
+fn a_shutdown_request_reaches_every_member() {
+    let topo = single("input");
+    let c = counts(&[("input", 4)]);
+    let a = Instance::new("a", &topo, 1);
+    let b = Instance::new("b", &topo, 2);
+    a.threads[0].1.state().lock().expect("lock").error_code = info::SHUTDOWN_REQUESTED;
+    let topics = vec!["input".to_string()];
+    let members: BTreeMap<String, Subscription> = a
+        .threads
+        .iter()
+        .chain(&b.threads)
+        .map(|(id, s)| {
+            (
+                id.clone(),
+                Subscription {
+                    user_data: s.subscription_user_data(&topics, &[], -1),
+                    ..Subscription::new(topics.clone())
+                },
+            )
+        })
+        .collect();
+    // b leads: it still tells everybody, itself included, to stop.
+    let out = b.threads[0].1.assign(&c, &members).expect("assign");
+    assert_eq!(out.len(), 3);
+    for asg in out.values() {
+        assert!(asg.partitions.is_empty());
+        let info = AssignmentInfo::decode(asg.user_data.as_deref().expect("data")).expect("info");
+        assert_eq!(info.error_code, info::SHUTDOWN_REQUESTED);
+    }
+}

@@ -68,6 +68,10 @@ pub enum StreamThreadExceptionResponse {
     ReplaceThread,
     /// Shut this instance down (state `ERROR`).
     ShutdownClient,
+    /// Shut every instance of the application down (state `ERROR`): a
+    /// member joins the group with Kafka's `SHUTDOWN_REQUESTED` error code
+    /// and the leader hands it to everybody.
+    ShutdownApplication,
 }
 
 /// The state listener: `(new, old)`.
@@ -501,6 +505,12 @@ fn spawn_cleaner(inner: &Arc<Inner>) {
 
 /// Starts a thread; its name.
 fn spawn_thread(inner: &Arc<Inner>) -> String {
+    spawn_thread_with(inner, false)
+}
+
+/// Starts a thread, which asks the group to shut the application down if
+/// `request_app_shutdown`; its name.
+fn spawn_thread_with(inner: &Arc<Inner>, request_app_shutdown: bool) -> String {
     let n = inner.next_thread.fetch_add(1, Ordering::SeqCst);
     let name = format!("{}-StreamThread-{n}", inner.config.application_id);
     let weak: Weak<Inner> = Arc::downgrade(inner);
@@ -512,6 +522,9 @@ fn spawn_thread(inner: &Arc<Inner>) -> String {
             }
         }),
     ));
+    shared
+        .request_app_shutdown
+        .store(request_app_shutdown, Ordering::SeqCst);
     inner
         .threads
         .lock()
@@ -542,11 +555,24 @@ fn spawn_thread(inner: &Arc<Inner>) -> String {
             None => Err(StreamsError::IllegalState("not started".into())),
         };
         shared.set_state(ThreadState::Dead);
-        if let Err(e) = result {
-            handle_thread_error(&inner, &shared, e).await;
+        match result {
+            Err(e) => handle_thread_error(&inner, &shared, e).await,
+            Ok(()) if shared.app_shutdown.load(Ordering::SeqCst) => {
+                shutdown_on_error(&inner).await;
+            }
+            Ok(()) => {}
         }
     });
     name
+}
+
+/// `PENDING_ERROR`, stop every thread, `ERROR`.
+async fn shutdown_on_error(inner: &Arc<Inner>) {
+    if inner.set_state(State::PendingError) {
+        stop_threads(inner, Duration::from_secs(60)).await;
+        inner.release_state_dir();
+        inner.set_state(State::Error);
+    }
 }
 
 async fn handle_thread_error(inner: &Arc<Inner>, thread: &ThreadShared, error: StreamsError) {
@@ -568,12 +594,11 @@ async fn handle_thread_error(inner: &Arc<Inner>, thread: &ThreadShared, error: S
         StreamThreadExceptionResponse::ReplaceThread => {
             spawn_thread(inner);
         }
-        StreamThreadExceptionResponse::ShutdownClient => {
-            if inner.set_state(State::PendingError) {
-                stop_threads(inner, Duration::from_secs(60)).await;
-                inner.release_state_dir();
-                inner.set_state(State::Error);
-            }
+        StreamThreadExceptionResponse::ShutdownClient => shutdown_on_error(inner).await,
+        StreamThreadExceptionResponse::ShutdownApplication => {
+            // A fresh member carries the request to the group leader; every
+            // member, this instance's included, then stops.
+            spawn_thread_with(inner, true);
         }
     }
 }

@@ -23,7 +23,9 @@ use uuid::Uuid;
 
 use super::state_manager::TaskStateManager;
 use super::task::{OutputRecord, RuntimeTask, TaskFactory};
-use crate::assignor::{HostInfo, StreamsPartitionAssignor, ThreadTaskState, TopologyMetadata};
+use crate::assignor::{
+    HostInfo, StreamsPartitionAssignor, ThreadTaskState, TopologyMetadata, SHUTDOWN_REQUESTED,
+};
 use crate::config::StreamsConfig;
 use crate::error::{Result, StreamsError};
 use crate::internal_topics::{changelog_topic_name, InternalTopicManager};
@@ -64,6 +66,11 @@ pub struct ThreadShared {
     pub commits: AtomicU64,
     /// The active tasks the thread runs now.
     pub tasks: Mutex<BTreeSet<TaskId>>,
+    /// Set before start: the thread joins asking the group to shut the
+    /// application down.
+    pub(crate) request_app_shutdown: AtomicBool,
+    /// Set by the thread: the group leader asked every instance to shut down.
+    pub(crate) app_shutdown: AtomicBool,
     on_change: Box<dyn Fn() + Send + Sync>,
 }
 
@@ -86,6 +93,8 @@ impl ThreadShared {
             processed: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             tasks: Mutex::new(BTreeSet::new()),
+            request_app_shutdown: AtomicBool::new(false),
+            app_shutdown: AtomicBool::new(false),
             on_change,
         }
     }
@@ -224,11 +233,14 @@ impl StreamThread {
             .flat_map(|s| s.changelog_stores.iter())
             .map(|store| changelog_topic_name(&ctx.config.application_id, store))
             .collect();
-        if let Ok(sums) = ctx.state_dir.task_offset_sums() {
-            assignor_state
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .task_offset_sums = sums;
+        {
+            let mut st = assignor_state.lock().unwrap_or_else(|e| e.into_inner());
+            if let Ok(sums) = ctx.state_dir.task_offset_sums() {
+                st.task_offset_sums = sums;
+            }
+            if shared.request_app_shutdown.load(Ordering::SeqCst) {
+                st.error_code = SHUTDOWN_REQUESTED;
+            }
         }
         Ok(Self {
             ctx,
@@ -311,10 +323,14 @@ impl StreamThread {
         }
         self.generation = received.generation;
         if received.info.error_code != 0 {
-            return Err(StreamsError::IllegalState(format!(
-                "the group leader asked every instance to shut down (error code {})",
-                received.info.error_code
-            )));
+            tracing::warn!(
+                thread = %self.shared.name,
+                code = received.info.error_code,
+                "the group leader asked every instance to shut down"
+            );
+            self.shared.app_shutdown.store(true, Ordering::SeqCst);
+            self.shared.request_shutdown();
+            return Ok(());
         }
         let new_tasks = received.active_tasks()?;
         self.shared.set_state(ThreadState::PartitionsAssigned);
