@@ -575,7 +575,11 @@ impl<K: Data, V: Data> KStream<K, V> {
         left: bool,
         joiner: Arc<dyn Fn(&V, Option<&VT>) -> VR + Send + Sync>,
     ) -> KStream<K, VR> {
-        let this = self.for_join();
+        let mut this = self.clone();
+        if this.key_serde.is_none() {
+            this.key_serde = table.key_serde.clone();
+        }
+        let this = this.for_join();
         let name = this.name_for(prefix);
         let getter: ValueGetter<K, VT> = table.getter.clone();
         let get = getter.get.clone();

@@ -199,6 +199,18 @@ impl StreamTask {
                 processor: Some(processor),
             });
         }
+        if !global {
+            // Global stores are readable from every task (Kafka's
+            // `getStateStore` falls back to global stores).
+            for d in &topology.stores {
+                if d.global_topic.is_some()
+                    && config.global_stores.contains_key(&d.builder.name)
+                    && !store_names.contains(&d.builder.name)
+                {
+                    store_names.push(d.builder.name.clone());
+                }
+            }
+        }
         let cached = store_names
             .iter()
             .filter(|s| topology.store_def(s).is_some_and(|d| d.builder.caching))
