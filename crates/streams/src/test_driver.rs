@@ -110,7 +110,12 @@ impl TopologyTestDriver {
         let mut global_tasks = Vec::new();
         for (id, group) in topology.node_groups().iter().enumerate() {
             if topology.is_global_group(group) {
-                let t = StreamTask::new_global(topology, id as u32, &task_config)?;
+                let t = StreamTask::new_global(
+                    topology,
+                    id as u32,
+                    &task_config,
+                    config.initial_wall_clock_ms,
+                )?;
                 for (topic, _) in t.input_partitions() {
                     readers.insert(topic, (true, global_tasks.len() as u32));
                 }
@@ -119,7 +124,12 @@ impl TopologyTestDriver {
         }
         let mut tasks = BTreeMap::new();
         for s in &info.subtopologies {
-            let t = StreamTask::new(topology, TaskId::new(s.id, 0), &task_config)?;
+            let t = StreamTask::new(
+                topology,
+                TaskId::new(s.id, 0),
+                &task_config,
+                config.initial_wall_clock_ms,
+            )?;
             for topic in &s.source_topics {
                 readers.insert(topic.clone(), (false, s.id));
             }

@@ -573,7 +573,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         table: &KTable<K, VT>,
         prefix: &str,
         left: bool,
-        joiner: Arc<dyn Fn(&V, Option<&VT>) -> VR + Send + Sync>,
+        joiner: LeftJoiner<V, VT, VR>,
     ) -> KStream<K, VR> {
         let mut this = self.clone();
         if this.key_serde.is_none() {
@@ -639,8 +639,8 @@ impl<K: Data, V: Data> KStream<K, V> {
         table: &GlobalKTable<GK, VG>,
         prefix: &str,
         left: bool,
-        key_selector: Arc<dyn Fn(&K, &V) -> GK + Send + Sync>,
-        joiner: Arc<dyn Fn(&V, Option<&VG>) -> VR + Send + Sync>,
+        key_selector: KeySelector<K, V, GK>,
+        joiner: LeftJoiner<V, VG, VR>,
     ) -> KStream<K, VR> {
         let name = self.name_for(prefix);
         let get = table.getter.get.clone();
@@ -705,6 +705,8 @@ impl<K: Data, V: Data> KStream<K, V> {
     }
 }
 
+type LeftJoiner<V, VT, VR> = Arc<dyn Fn(&V, Option<&VT>) -> VR + Send + Sync>;
+type KeySelector<K, V, KR> = Arc<dyn Fn(&K, &V) -> KR + Send + Sync>;
 type Pred<K, V> = Arc<dyn Fn(&K, &V) -> bool + Send + Sync>;
 type Branches<K, V> = Arc<RwLock<Vec<(Pred<K, V>, String)>>>;
 

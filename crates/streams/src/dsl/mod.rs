@@ -75,11 +75,15 @@ impl Inner {
     }
 }
 
+/// A value getter's function.
+pub(crate) type GetFn<K, V> =
+    Arc<dyn Fn(&mut ProcessorContext<'_>, &K) -> Result<Option<V>> + Send + Sync>;
+
 /// Reads a table's current value for a key (Kafka's `KTableValueGetter`),
 /// with the stores it reads.
 pub(crate) struct ValueGetter<K, V> {
     pub stores: Vec<String>,
-    pub get: Arc<dyn Fn(&mut ProcessorContext<'_>, &K) -> Result<Option<V>> + Send + Sync>,
+    pub get: GetFn<K, V>,
 }
 
 impl<K, V> Clone for ValueGetter<K, V> {

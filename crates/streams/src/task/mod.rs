@@ -127,26 +127,38 @@ impl StreamTask {
     /// configured) and a queue per source topic at partition
     /// `id.partition`; then initializes the processors. Stores can be
     /// restored (see [`StreamTask::restore`]) before the first record.
-    pub fn new(topology: &Topology, id: TaskId, config: &TaskConfig) -> Result<Self> {
+    pub fn new(topology: &Topology, id: TaskId, config: &TaskConfig, now: i64) -> Result<Self> {
         let groups = topology.node_groups();
         let group = groups
             .get(id.subtopology as usize)
             .ok_or_else(|| StreamsError::Topology(format!("no sub-topology {}", id.subtopology)))?;
         let global = topology.is_global_group(group);
-        Self::build(topology, id, group, config, global)
+        Self::build(topology, id, group, config, global, now)
     }
 
     /// Builds the task that keeps global stores up to date (Kafka's
     /// `GlobalStateUpdateTask`) for node group `group_id`: it reads every
     /// partition of the global topic and writes the shared stores given in
     /// `config.global_stores`.
-    pub fn new_global(topology: &Topology, group_id: u32, config: &TaskConfig) -> Result<Self> {
+    pub fn new_global(
+        topology: &Topology,
+        group_id: u32,
+        config: &TaskConfig,
+        now: i64,
+    ) -> Result<Self> {
         let groups = topology.node_groups();
         let group = groups
             .get(group_id as usize)
             .filter(|g| topology.is_global_group(g))
             .ok_or_else(|| StreamsError::Topology(format!("no global node group {group_id}")))?;
-        Self::build(topology, TaskId::new(group_id, -1), group, config, true)
+        Self::build(
+            topology,
+            TaskId::new(group_id, -1),
+            group,
+            config,
+            true,
+            now,
+        )
     }
 
     fn build(
@@ -155,6 +167,7 @@ impl StreamTask {
         group: &[usize],
         config: &TaskConfig,
         global: bool,
+        now: i64,
     ) -> Result<Self> {
         let app = &config.application_id;
         let children = topology.children();
@@ -256,7 +269,7 @@ impl StreamTask {
             evicted: Vec::new(),
             punctuations: Vec::new(),
             stream_time: -1,
-            wall_clock: 0,
+            wall_clock: now,
             commit_requested: false,
             meta: RecordMeta {
                 partition: id.partition,
@@ -327,8 +340,8 @@ impl StreamTask {
         partition: i32,
         records: impl IntoIterator<Item = ConsumedRecord>,
     ) -> Result<usize> {
-        if !self.group.contains(topic, partition)
-            && !(self.global && self.sources.contains_key(topic))
+        if !(self.group.contains(topic, partition)
+            || self.global && self.sources.contains_key(topic))
         {
             return Err(StreamsError::IllegalState(format!(
                 "task {} does not read {topic}-{partition}",

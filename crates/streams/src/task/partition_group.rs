@@ -103,6 +103,7 @@ impl PartitionGroup {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
