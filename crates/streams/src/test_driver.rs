@@ -309,7 +309,7 @@ impl Inner {
         let now = self.wall_clock;
         if global {
             let t = &mut self.global_tasks[id as usize];
-            t.add_records(topic, -1, [rec])?;
+            t.add_records(topic, 0, [rec])?;
             let mut sink = Vec::new();
             t.process_all(now, &mut sink)?;
             t.prepare_commit(&mut sink)?;

@@ -69,6 +69,7 @@ fn bad_table<K: Data, VA: Data>(b: &Shared, node: &str, msg: String) -> KTable<K
         old_flags: Vec::new(),
         next_name: None,
         store: None,
+        materializers: Vec::new(),
     }
 }
 
@@ -115,6 +116,7 @@ fn finish<K: Data, VIn: Data, VA: Data>(
         old_flags: vec![flag],
         next_name: None,
         store: Some(store),
+        materializers: Vec::new(),
     }
 }
 

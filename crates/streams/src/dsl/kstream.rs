@@ -581,7 +581,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         }
         let this = this.for_join();
         let name = this.name_for(prefix);
-        let getter: ValueGetter<K, VT> = table.getter.clone();
+        let getter: ValueGetter<K, VT> = table.value_getter();
         let get = getter.get.clone();
         let s = supplier::<K, V>(
             None,

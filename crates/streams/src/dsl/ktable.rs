@@ -2,6 +2,8 @@
 //! with per-key current values, filter / map_values / to_stream,
 //! re-grouping, and table–table joins; and `GlobalKTable`.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -39,6 +41,9 @@ pub struct KTable<K, V> {
     pub(crate) next_name: Option<String>,
     /// The store, if this table is materialized.
     pub(crate) store: Option<String>,
+    /// Materialize the upstream table sources this table's values come
+    /// from (Kafka materializes a source table only when needed).
+    pub(crate) materializers: Vec<Rc<dyn Fn()>>,
 }
 
 impl<K, V> std::fmt::Debug for KTable<K, V> {
@@ -62,6 +67,7 @@ impl<K, V> Clone for KTable<K, V> {
             old_flags: self.old_flags.clone(),
             next_name: self.next_name.clone(),
             store: self.store.clone(),
+            materializers: self.materializers.clone(),
         }
     }
 }
@@ -199,6 +205,18 @@ fn table_source_supplier<K: Data, V: Data, VIn: Data>(
         })),
         Arc::new(move |ctx, r| {
             let new_value = to_opt(r.value);
+            if !ctx.has_store(&acc.store) {
+                // Not materialized: forward the update without an old value.
+                let ts = ctx.timestamp();
+                return ctx.forward(Record::new(
+                    r.key,
+                    Change {
+                        new_value,
+                        old_value: None,
+                    },
+                    ts,
+                ));
+            }
             let old = acc.get(ctx, &r.key)?;
             acc.put(ctx, &r.key, new_value.as_ref())?;
             forward_change(
@@ -284,7 +302,24 @@ pub(crate) fn source<K: Data, V: Data>(
         let r = inner.topology.add_raw_processor(&proc_name, s, &[&src]);
         inner.check(r);
     }
-    add_store(b, &store, &m, &proc_name);
+    let done = Rc::new(Cell::new(false));
+    let (b2, store2, proc2) = (b.clone(), store.clone(), proc_name.clone());
+    let m2 = Materialized::<K, V> {
+        name: m.name.clone(),
+        key_serde: None,
+        value_serde: None,
+        caching: m.caching,
+        logging: m.logging,
+        store_type: m.store_type,
+    };
+    let materialize: Rc<dyn Fn()> = Rc::new(move || {
+        if !done.replace(true) {
+            add_store(&b2, &store2, &m2, &proc2);
+        }
+    });
+    if m.name.is_some() {
+        materialize();
+    }
     KTable {
         b: b.clone(),
         node: proc_name,
@@ -294,7 +329,8 @@ pub(crate) fn source<K: Data, V: Data>(
         getter: store_getter(acc),
         old_flags: vec![flag],
         next_name: None,
-        store: Some(store),
+        store: m.name.clone(),
+        materializers: vec![materialize],
     }
 }
 
@@ -388,6 +424,7 @@ pub(crate) fn from_stream<K: Data, V: Data>(
         old_flags: vec![flag],
         next_name: None,
         store: Some(store),
+        materializers: Vec::new(),
     }
 }
 
@@ -406,6 +443,7 @@ fn dead_table<K: Data, V: Data, X>(s: &KStream<K, X>) -> KTable<K, V> {
         old_flags: Vec::new(),
         next_name: None,
         store: None,
+        materializers: Vec::new(),
     }
 }
 
@@ -453,6 +491,17 @@ impl<K: Data, V: Data> KTable<K, V> {
         for f in &self.old_flags {
             f.store(true, Ordering::Relaxed);
         }
+        for m in &self.materializers {
+            m();
+        }
+    }
+
+    /// The getter of current values, materializing upstream sources.
+    pub(crate) fn value_getter(&self) -> ValueGetter<K, V> {
+        for m in &self.materializers {
+            m();
+        }
+        self.getter.clone()
     }
 
     fn derived<V2: Data>(
@@ -479,6 +528,7 @@ impl<K: Data, V: Data> KTable<K, V> {
             old_flags,
             next_name: None,
             store: None,
+            materializers: self.materializers.clone(),
         }
     }
 
@@ -658,9 +708,10 @@ impl<K: Data, V: Data> KTable<K, V> {
         };
         self.enable_send_old();
         other.enable_send_old();
+        let (this_getter, other_getter) = (self.value_getter(), other.value_getter());
         let flag = Arc::new(AtomicBool::new(false));
         // This side: changes of `self` joined with `other`'s value.
-        let (og, j1, f1) = (other.getter.get.clone(), joiner.clone(), flag.clone());
+        let (og, j1, f1) = (other_getter.get.clone(), joiner.clone(), flag.clone());
         let this_s = supplier::<K, Change<V>>(
             None,
             Arc::new(move |ctx, r| {
@@ -682,7 +733,7 @@ impl<K: Data, V: Data> KTable<K, V> {
             }),
         );
         // Other side: changes of `other` joined with `self`'s value.
-        let (tg, j2, f2) = (self.getter.get.clone(), joiner.clone(), flag.clone());
+        let (tg, j2, f2) = (this_getter.get.clone(), joiner.clone(), flag.clone());
         let other_s = supplier::<K, Change<V2>>(
             None,
             Arc::new(move |ctx, r| {
@@ -719,13 +770,13 @@ impl<K: Data, V: Data> KTable<K, V> {
                 &[&this_name, &other_name],
             );
             inner.check(r);
-            let os: Vec<&str> = other.getter.stores.iter().map(|s| s.as_str()).collect();
+            let os: Vec<&str> = other_getter.stores.iter().map(|s| s.as_str()).collect();
             let r = inner
                 .topology
                 .connect_processor_and_state_stores(&this_name, &os)
                 .map(|_| ());
             inner.check(r);
-            let ts: Vec<&str> = self.getter.stores.iter().map(|s| s.as_str()).collect();
+            let ts: Vec<&str> = this_getter.stores.iter().map(|s| s.as_str()).collect();
             let r = inner
                 .topology
                 .connect_processor_and_state_stores(&other_name, &ts)
@@ -735,13 +786,12 @@ impl<K: Data, V: Data> KTable<K, V> {
                 .topology
                 .copartition(self.sources.union(&other.sources).cloned().collect());
         }
-        let (tg, og) = (self.getter.get.clone(), other.getter.get.clone());
+        let (tg, og) = (this_getter.get.clone(), other_getter.get.clone());
         let getter = ValueGetter {
-            stores: self
-                .getter
+            stores: this_getter
                 .stores
                 .iter()
-                .chain(&other.getter.stores)
+                .chain(&other_getter.stores)
                 .cloned()
                 .collect(),
             get: Arc::new(move |ctx, k| {
@@ -763,6 +813,12 @@ impl<K: Data, V: Data> KTable<K, V> {
             old_flags,
             next_name: None,
             store: None,
+            materializers: self
+                .materializers
+                .iter()
+                .chain(&other.materializers)
+                .cloned()
+                .collect(),
         }
     }
 

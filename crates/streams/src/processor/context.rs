@@ -225,6 +225,11 @@ impl<'a> ProcessorContext<'a> {
         }
     }
 
+    /// Whether store `name` is connected to this processor.
+    pub fn has_store(&self, name: &str) -> bool {
+        self.core.nodes[self.node].stores.iter().any(|s| s == name)
+    }
+
     /// Whether the store `name` has a record cache in front (its updates
     /// are forwarded when the cache flushes rather than at once).
     pub fn store_is_cached(&self, name: &str) -> bool {

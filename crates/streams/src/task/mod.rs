@@ -137,9 +137,11 @@ impl StreamTask {
     }
 
     /// Builds the task that keeps global stores up to date (Kafka's
-    /// `GlobalStateUpdateTask`) for node group `group_id`: it reads every
-    /// partition of the global topic and writes the shared stores given in
-    /// `config.global_stores`.
+    /// `GlobalStateUpdateTask`) for node group `group_id`
+    /// ([`crate::topology::GlobalStoreInfo::group_id`]): it takes records of
+    /// every partition of the global topic (without waiting for the others)
+    /// and writes the shared stores given in `config.global_stores`, which
+    /// stream tasks read.
     pub fn new_global(
         topology: &Topology,
         group_id: u32,
@@ -358,6 +360,10 @@ impl StreamTask {
 
     /// Whether a record can be processed at wall-clock `now`.
     pub fn is_processable(&mut self, now: i64) -> bool {
+        if self.global {
+            // The global task reads all partitions as they come.
+            return self.group.total_buffered() > 0;
+        }
         self.group.processable(now, self.max_task_idle_ms)
     }
 

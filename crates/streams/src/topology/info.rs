@@ -62,6 +62,8 @@ pub struct GlobalStoreInfo {
     pub store: String,
     /// The topic it is filled from (its changelog, read from the start).
     pub topic: String,
+    /// Its node group, for [`crate::task::StreamTask::new_global`].
+    pub group_id: u32,
 }
 
 /// Everything the runtime must create, subscribe to and check.
@@ -139,6 +141,7 @@ impl Topology {
                                 global_stores.push(GlobalStoreInfo {
                                     store: s.clone(),
                                     topic: t.clone(),
+                                    group_id: id,
                                 });
                             }
                         }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use describe::{NodeDescription, SubtopologyDescription, TopologyDescription};
-pub use info::{RepartitionTopicInfo, StoreInfo, SubtopologyInfo, TopologyInfo};
+pub use info::{GlobalStoreInfo, RepartitionTopicInfo, StoreInfo, SubtopologyInfo, TopologyInfo};
 
 use crate::error::{Result, StreamsError};
 use crate::processor::{
