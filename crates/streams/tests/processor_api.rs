@@ -429,3 +429,79 @@ fn a_small_cache_flushes_when_full() {
         ]
     );
 }
+
+#[test]
+fn dsl_process_with_a_custom_store() {
+    struct Dedup;
+    impl Processor<String, String> for Dedup {
+        fn process(
+            &mut self,
+            ctx: &mut ProcessorContext<'_>,
+            r: Record<String, String>,
+        ) -> Result<()> {
+            let kb = Bytes::from(r.value.clone().into_bytes());
+            let mut store = ctx.store("seen")?;
+            if store.get(&kb)?.is_some() {
+                return Ok(());
+            }
+            store.put(kb, Bytes::new())?;
+            ctx.forward(r)
+        }
+    }
+    let b = StreamsBuilder::new();
+    b.add_state_store(StoreBuilder::in_memory("seen").with_logging_disabled());
+    b.stream("in", Consumed::with(s(), s()))
+        .process::<String, String, _, _>(|| Dedup, &["seen"])
+        .to("out", Produced::with(s(), s()));
+    let t = b.build().unwrap();
+    let d = t.describe().to_string();
+    assert!(
+        d.contains("Processor: KSTREAM-PROCESSOR-0000000001 (stores: [seen])"),
+        "{d}"
+    );
+    assert_eq!(
+        t.topics_info("app").subtopologies[0].stores[0].changelog_topic,
+        None
+    );
+    let drv = TopologyTestDriver::new(&t).unwrap();
+    let i = drv.create_input_topic("in", s(), s());
+    for v in ["x", "y", "x", "z", "y"] {
+        i.pipe_input("k".into(), v.into(), 0).unwrap();
+    }
+    assert_eq!(
+        drv.create_output_topic("out", s(), s())
+            .read_values_to_list()
+            .unwrap(),
+        vec!["x", "y", "z"]
+    );
+}
+
+#[test]
+fn restricted_inputs_do_not_wait_for_missing_partitions() {
+    let mut t = Topology::new();
+    t.add_source("src", &["a", "b"], s(), s())
+        .unwrap()
+        .add_sink("out", "o", s(), s(), &["src"])
+        .unwrap();
+    let cfg = TaskConfig {
+        max_task_idle_ms: 1_000_000,
+        ..TaskConfig::default()
+    };
+    let mut task = StreamTask::new(&t, TaskId::new(0, 5), &cfg, 0).unwrap();
+    task.add_records("a", 5, [consumed(0, 1, "k", "v")])
+        .unwrap();
+    let mut out = Vec::new();
+    assert!(!task.process(0, &mut out).unwrap(), "waits for b-5");
+    // Topic b has fewer partitions: task 0_5 reads only a-5.
+    task.restrict_inputs(&[("a".to_string(), 5)]).unwrap();
+    assert!(task.process(0, &mut out).unwrap());
+    assert!(task.restrict_inputs(&[("c".to_string(), 5)]).is_err());
+}
+
+#[test]
+fn topologies_and_tasks_can_move_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Topology>();
+    send::<StreamTask>();
+}

@@ -302,6 +302,23 @@ impl StreamTask {
         self.group.partitions().cloned().collect()
     }
 
+    /// Keeps only the input partitions in `keep` (Kafka creates a
+    /// sub-topology's tasks for the largest partition count among its
+    /// source topics; task `p` reads only the topics that have partition
+    /// `p`). Returns an error if `keep` names a partition the task lacks.
+    pub fn restrict_inputs(&mut self, keep: &[(String, i32)]) -> Result<()> {
+        for k in keep {
+            if !self.group.contains(&k.0, k.1) {
+                return Err(StreamsError::IllegalState(format!(
+                    "task {} does not read {}-{}",
+                    self.id, k.0, k.1
+                )));
+            }
+        }
+        self.group.retain(|p| keep.contains(p));
+        Ok(())
+    }
+
     /// The names of the task's stores.
     pub fn store_names(&self) -> Vec<String> {
         self.core.stores.keys().cloned().collect()

@@ -94,6 +94,11 @@ impl PartitionGroup {
         Some((key, r))
     }
 
+    /// Keeps only the partitions satisfying `f` (and their records).
+    pub fn retain(&mut self, mut f: impl FnMut(&(String, i32)) -> bool) {
+        self.queues.retain(|k, _| f(k));
+    }
+
     /// Drops every buffered record.
     pub fn clear(&mut self) {
         for q in self.queues.values_mut() {
