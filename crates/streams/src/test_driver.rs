@@ -62,6 +62,8 @@ struct Inner {
     next_offset: HashMap<String, i64>,
     wall_clock: i64,
     commit_every_record: bool,
+    /// Global stores whose values carry timestamps.
+    timestamped: std::collections::HashSet<String>,
 }
 
 /// Runs a topology without a broker.
@@ -88,6 +90,7 @@ impl TopologyTestDriver {
         let app = config.application_id.clone();
         let info = topology.topics_info(&app);
         let mut global_stores = HashMap::new();
+        let mut timestamped = std::collections::HashSet::new();
         for g in &info.global_stores {
             let def = topology
                 .store_def(&g.store)
@@ -98,6 +101,9 @@ impl TopologyTestDriver {
             };
             let store: Box<dyn KeyValueStore> = def.builder.build(&init, None)?;
             global_stores.insert(g.store.clone(), Arc::new(Mutex::new(store)));
+            if def.builder.timestamped {
+                timestamped.insert(g.store.clone());
+            }
         }
         let task_config = TaskConfig {
             application_id: app.clone(),
@@ -147,6 +153,7 @@ impl TopologyTestDriver {
                 next_offset: HashMap::new(),
                 wall_clock: config.initial_wall_clock_ms,
                 commit_every_record: config.commit_every_record,
+                timestamped,
             })),
         })
     }
@@ -222,6 +229,30 @@ impl TopologyTestDriver {
         self.inner.borrow_mut().commit()
     }
 
+    /// Every entry of store `name`, typed, in key-byte order, with the
+    /// entry's timestamp for timestamped (DSL) stores.
+    pub fn key_value_store_all_with_timestamps<K: Data, V: Data>(
+        &self,
+        name: &str,
+        key_serde: &SerdeRef<K>,
+        value_serde: &SerdeRef<V>,
+    ) -> Result<Vec<(K, V, Option<i64>)>> {
+        let (raw, timestamped) = self.inner.borrow_mut().store_all(name)?;
+        raw.into_iter()
+            .map(|(k, v)| {
+                let (ts, v) = match (timestamped, v.split_first_chunk::<8>()) {
+                    (true, Some((ts, rest))) => (Some(i64::from_be_bytes(*ts)), rest),
+                    _ => (None, &v[..]),
+                };
+                Ok((
+                    key_serde.deserialize(name, &k)?,
+                    value_serde.deserialize(name, v)?,
+                    ts,
+                ))
+            })
+            .collect()
+    }
+
     /// Every entry of store `name`, typed, in key-byte order.
     pub fn key_value_store_all<K: Data, V: Data>(
         &self,
@@ -229,31 +260,26 @@ impl TopologyTestDriver {
         key_serde: &SerdeRef<K>,
         value_serde: &SerdeRef<V>,
     ) -> Result<Vec<(K, V)>> {
-        let raw = self.inner.borrow_mut().store_all(name)?;
-        raw.into_iter()
-            .map(|(k, v)| {
-                Ok((
-                    key_serde.deserialize(name, &k)?,
-                    value_serde.deserialize(name, &v)?,
-                ))
-            })
-            .collect()
+        Ok(self
+            .key_value_store_all_with_timestamps(name, key_serde, value_serde)?
+            .into_iter()
+            .map(|(k, v, _)| (k, v))
+            .collect())
     }
 
     /// The value of `key` in store `name`.
-    pub fn key_value_store_get<K: Data, V: Data>(
+    pub fn key_value_store_get<K: Data + PartialEq, V: Data>(
         &self,
         name: &str,
         key: &K,
         key_serde: &SerdeRef<K>,
         value_serde: &SerdeRef<V>,
     ) -> Result<Option<V>> {
-        let kb = key_serde.serialize(name, key)?;
-        let raw = self.inner.borrow_mut().store_all(name)?;
-        raw.into_iter()
-            .find(|(k, _)| *k == kb)
-            .map(|(_, v)| value_serde.deserialize(name, &v))
-            .transpose()
+        Ok(self
+            .key_value_store_all(name, key_serde, value_serde)?
+            .into_iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v))
     }
 
     /// Every record written to `topic` so far and not yet read (raw).
@@ -397,16 +423,17 @@ impl Inner {
         Ok(())
     }
 
-    fn store_all(&mut self, name: &str) -> Result<Vec<(Bytes, Bytes)>> {
+    /// A store's entries and whether its values carry timestamps.
+    fn store_all(&mut self, name: &str) -> Result<(Vec<(Bytes, Bytes)>, bool)> {
         if let Some(s) = self.global_stores.get(name) {
             let g = s
                 .lock()
                 .map_err(|_| StreamsError::IllegalState("store lock poisoned".into()))?;
-            return g.all();
+            return Ok((g.all()?, self.timestamped.contains(name)));
         }
         for t in self.tasks.values_mut() {
             if let Some(s) = t.store_mut(name) {
-                return s.inner_all();
+                return Ok((s.inner_all()?, s.is_timestamped()));
             }
         }
         Err(StreamsError::Store {

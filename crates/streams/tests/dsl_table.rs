@@ -379,3 +379,67 @@ fn stream_to_table() {
         old_value: None,
     };
 }
+
+/// Kafka's timestamp semantics: an aggregate carries the largest timestamp
+/// of its inputs; a table–table join result the larger of both sides'; a
+/// stream–table join result the stream record's.
+#[test]
+fn result_timestamps_follow_kafka() {
+    let b = StreamsBuilder::new();
+    b.stream("in", Consumed::with(s(), Serdes::i64()))
+        .group_by_key(Grouped::default())
+        .reduce(
+            |a, b| a + b,
+            Materialized::as_("sum").with_caching_disabled(),
+        )
+        .to_stream()
+        .to("sums", Produced::with(s(), Serdes::nullable(Serdes::i64())));
+    let l = b.table("l", Consumed::with(s(), s()), Materialized::default());
+    let r = b.table("r", Consumed::with(s(), s()), Materialized::default());
+    l.join(&r, |a, b| format!("{a}{b}"))
+        .to_stream()
+        .to("joined", Produced::with(s(), ns()));
+    b.stream("st", Consumed::with(s(), s()))
+        .join(&r, |a, b| format!("{a}{b}"))
+        .to("st-joined", Produced::with(s(), s()));
+    let d = TopologyTestDriver::new(&b.build().unwrap()).unwrap();
+    let i = d.create_input_topic("in", s(), Serdes::i64());
+    i.pipe_input("k".into(), 1, 50).unwrap();
+    i.pipe_input("k".into(), 2, 20).unwrap();
+    let sums = d
+        .create_output_topic("sums", s(), Serdes::i64())
+        .read_records_to_list()
+        .unwrap();
+    assert_eq!(
+        sums.iter()
+            .map(|r| (r.value, r.timestamp))
+            .collect::<Vec<_>>(),
+        vec![(1, 50), (3, 50)]
+    );
+    let stored = d
+        .key_value_store_all_with_timestamps("sum", &s(), &Serdes::i64())
+        .unwrap();
+    assert_eq!(stored, vec![("k".to_string(), 3, Some(50))]);
+    d.create_input_topic("r", s(), s())
+        .pipe_input("x".into(), "R".into(), 100)
+        .unwrap();
+    d.create_input_topic("l", s(), s())
+        .pipe_input("x".into(), "L".into(), 40)
+        .unwrap();
+    let joined = d
+        .create_output_topic("joined", s(), ns())
+        .read_records_to_list()
+        .unwrap();
+    assert_eq!(
+        (joined[0].value.as_deref(), joined[0].timestamp),
+        (Some("LR"), 100)
+    );
+    d.create_input_topic("st", s(), s())
+        .pipe_input("x".into(), "S".into(), 7)
+        .unwrap();
+    let st = d
+        .create_output_topic("st-joined", s(), s())
+        .read_records_to_list()
+        .unwrap();
+    assert_eq!((st[0].value.as_str(), st[0].timestamp), ("SR", 7));
+}

@@ -316,11 +316,22 @@ fn task_picks_lowest_timestamp_across_partitions_and_logs_changes() {
             "cat",
             changelog
                 .iter()
-                .map(|r| (r.key.clone().unwrap(), r.value.clone())),
+                .map(|r| (r.key.clone().unwrap(), r.value.clone(), r.timestamp)),
         )
         .unwrap();
-    let all = fresh.store_mut("cat").unwrap().inner_all().unwrap();
-    assert_eq!(all, vec![(Bytes::from("k"), Bytes::from("a1c3a5"))]);
+    // The changelog carries plain values; the timestamped DSL store gets
+    // the record timestamp back as its 8-byte prefix.
+    assert_eq!(
+        changelog[2].value.as_deref(),
+        Some(&b"a1c3a5"[..]),
+        "changelog values carry no timestamp prefix"
+    );
+    let store = fresh.store_mut("cat").unwrap();
+    assert!(store.is_timestamped());
+    let all = store.inner_all().unwrap();
+    let mut want = 5i64.to_be_bytes().to_vec();
+    want.extend_from_slice(b"a1c3a5");
+    assert_eq!(all, vec![(Bytes::from("k"), Bytes::from(want))]);
 }
 
 #[test]

@@ -52,6 +52,12 @@ impl<K, V> std::fmt::Debug for KGroupedTable<K, V> {
     }
 }
 
+/// The timestamp of an updated aggregate (Kafka: the larger of the
+/// record's and the old aggregate's).
+fn agg_ts<V>(record_ts: i64, old: &Option<(V, i64)>) -> i64 {
+    old.as_ref().map_or(record_ts, |(_, t)| record_ts.max(*t))
+}
+
 type Make<K, V, VA> = Box<dyn FnOnce(KvAccess<K, VA>, Arc<AtomicBool>) -> ProcessFn<K, V>>;
 
 fn bad_table<K: Data, VA: Data>(b: &Shared, node: &str, msg: String) -> KTable<K, VA> {
@@ -200,19 +206,15 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
             Box::new(move |acc, flag| {
                 Arc::new(move |ctx: &mut ProcessorContext<'_>, r: Record<K, V>| {
                     let old = acc.get(ctx, &r.key)?;
+                    let ts = agg_ts(r.timestamp, &old);
+                    let old = old.map(|(v, _)| v);
                     let new = match &old {
                         None => r.value.clone(),
                         Some(o) => reducer(o, &r.value),
                     };
-                    acc.put(ctx, &r.key, Some(&new))?;
-                    forward_change(
-                        ctx,
-                        &acc.store,
-                        r.key,
-                        Some(new),
-                        old,
-                        flag.load(Ordering::Relaxed),
-                    )
+                    acc.put(ctx, &r.key, Some(&new), ts)?;
+                    let send_old = flag.load(Ordering::Relaxed);
+                    forward_change(ctx, &acc.store, r.key, Some(new), old, send_old, ts)
                 })
             }),
         )
@@ -233,17 +235,13 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
             Box::new(move |acc, flag| {
                 Arc::new(move |ctx: &mut ProcessorContext<'_>, r: Record<K, V>| {
                     let old = acc.get(ctx, &r.key)?;
+                    let ts = agg_ts(r.timestamp, &old);
+                    let old = old.map(|(v, _)| v);
                     let base = old.clone().unwrap_or_else(&initializer);
                     let new = aggregator(&r.key, &r.value, base);
-                    acc.put(ctx, &r.key, Some(&new))?;
-                    forward_change(
-                        ctx,
-                        &acc.store,
-                        r.key,
-                        Some(new),
-                        old,
-                        flag.load(Ordering::Relaxed),
-                    )
+                    acc.put(ctx, &r.key, Some(&new), ts)?;
+                    let send_old = flag.load(Ordering::Relaxed);
+                    forward_change(ctx, &acc.store, r.key, Some(new), old, send_old, ts)
                 })
             }),
         )
@@ -371,6 +369,8 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
                 Arc::new(
                     move |ctx: &mut ProcessorContext<'_>, r: Record<K, Change<V>>| {
                         let old_agg = acc.get(ctx, &r.key)?;
+                        let ts = agg_ts(r.timestamp, &old_agg);
+                        let old_agg = old_agg.map(|(v, _)| v);
                         let intermediate = match (&r.value.old_value, &old_agg) {
                             (Some(o), Some(a)) => Some(subtractor(a, o)),
                             _ => old_agg.clone(),
@@ -380,15 +380,9 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
                             (Some(n), Some(i)) => Some(adder(&i, n)),
                             (None, i) => i,
                         };
-                        acc.put(ctx, &r.key, new_agg.as_ref())?;
-                        forward_change(
-                            ctx,
-                            &acc.store,
-                            r.key,
-                            new_agg,
-                            old_agg,
-                            flag.load(Ordering::Relaxed),
-                        )
+                        acc.put(ctx, &r.key, new_agg.as_ref(), ts)?;
+                        let send_old = flag.load(Ordering::Relaxed);
+                        forward_change(ctx, &acc.store, r.key, new_agg, old_agg, send_old, ts)
                     },
                 )
             }),
@@ -412,6 +406,8 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
                 Arc::new(
                     move |ctx: &mut ProcessorContext<'_>, r: Record<K, Change<V>>| {
                         let old_agg = acc.get(ctx, &r.key)?;
+                        let ts = agg_ts(r.timestamp, &old_agg);
+                        let old_agg = old_agg.map(|(v, _)| v);
                         let mut agg = old_agg.clone().unwrap_or_else(&initializer);
                         if let Some(o) = &r.value.old_value {
                             agg = subtractor(&r.key, o, agg);
@@ -419,15 +415,9 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
                         if let Some(n) = &r.value.new_value {
                             agg = adder(&r.key, n, agg);
                         }
-                        acc.put(ctx, &r.key, Some(&agg))?;
-                        forward_change(
-                            ctx,
-                            &acc.store,
-                            r.key,
-                            Some(agg),
-                            old_agg,
-                            flag.load(Ordering::Relaxed),
-                        )
+                        acc.put(ctx, &r.key, Some(&agg), ts)?;
+                        let send_old = flag.load(Ordering::Relaxed);
+                        forward_change(ctx, &acc.store, r.key, Some(agg), old_agg, send_old, ts)
                     },
                 )
             }),

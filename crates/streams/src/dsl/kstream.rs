@@ -586,7 +586,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         let s = supplier::<K, V>(
             None,
             Arc::new(move |ctx: &mut ProcessorContext<'_>, r: Record<K, V>| {
-                let other = get(ctx, &r.key)?;
+                let other = get(ctx, &r.key)?.map(|(v, _)| v);
                 if other.is_none() && !left {
                     return Ok(());
                 }
@@ -648,7 +648,7 @@ impl<K: Data, V: Data> KStream<K, V> {
             None,
             Arc::new(move |ctx: &mut ProcessorContext<'_>, r: Record<K, V>| {
                 let gk = key_selector(&r.key, &r.value);
-                let other = get(ctx, &gk)?;
+                let other = get(ctx, &gk)?.map(|(v, _)| v);
                 if other.is_none() && !left {
                     return Ok(());
                 }

@@ -105,7 +105,8 @@ pub(crate) fn add_store<K: Data, V: Data>(
     let mut sb = match m.store_type {
         StoreType::InMemory => StoreBuilder::in_memory(name),
         StoreType::Default => StoreBuilder::default_type(name),
-    };
+    }
+    .with_timestamps();
     if !m.logging {
         sb = sb.with_logging_disabled();
     }
@@ -135,11 +136,11 @@ pub(crate) fn forward_change<K: Data, V: Data>(
     new_value: Option<V>,
     old_value: Option<V>,
     send_old: bool,
+    ts: i64,
 ) -> Result<()> {
     if ctx.store_is_cached(store) {
         return Ok(());
     }
-    let ts = ctx.timestamp();
     ctx.forward(Record::new(
         key,
         Change {
@@ -168,11 +169,9 @@ pub(crate) fn register_flush_listener<K: Data, V: Data>(
             let new_value = e
                 .value
                 .as_ref()
-                .map(|v| acc.value_serde.deserialize(&acc.store, v))
+                .map(|v| acc.decode(v).map(|(v, _)| v))
                 .transpose()?;
-            let old_value = old
-                .map(|v| acc.value_serde.deserialize(&acc.store, &v))
-                .transpose()?;
+            let old_value = old.map(|v| acc.decode(&v).map(|(v, _)| v)).transpose()?;
             if new_value.is_none() && old_value.is_none() {
                 return Ok(());
             }
@@ -217,16 +216,11 @@ fn table_source_supplier<K: Data, V: Data, VIn: Data>(
                     ts,
                 ));
             }
-            let old = acc.get(ctx, &r.key)?;
-            acc.put(ctx, &r.key, new_value.as_ref())?;
-            forward_change(
-                ctx,
-                &acc.store,
-                r.key,
-                new_value,
-                old,
-                send_old.load(Ordering::Relaxed),
-            )
+            let ts = ctx.timestamp();
+            let old = acc.get(ctx, &r.key)?.map(|(v, _)| v);
+            acc.put(ctx, &r.key, new_value.as_ref(), ts)?;
+            let send = send_old.load(Ordering::Relaxed);
+            forward_change(ctx, &acc.store, r.key, new_value, old, send, ts)
         }),
     )
 }
@@ -367,7 +361,8 @@ pub(crate) fn global_source<K: Data, V: Data>(
     let sb = match m.store_type {
         StoreType::InMemory => StoreBuilder::in_memory(&store),
         StoreType::Default => StoreBuilder::default_type(&store),
-    };
+    }
+    .with_timestamps();
     let de = raw_deserializer(
         consumed.key_serde.clone(),
         Serdes::nullable(consumed.value_serde.clone()),
@@ -562,7 +557,7 @@ impl<K: Data, V: Data> KTable<K, V> {
         let pg = self.getter.get.clone();
         let getter = ValueGetter {
             stores: self.getter.stores.clone(),
-            get: Arc::new(move |ctx, k| Ok(pg(ctx, k)?.filter(|v| pred(k, v)))),
+            get: Arc::new(move |ctx, k| Ok(pg(ctx, k)?.filter(|(v, _)| pred(k, v)))),
         };
         self.derived(name, s, self.value_serde.clone(), getter, flag)
     }
@@ -603,7 +598,7 @@ impl<K: Data, V: Data> KTable<K, V> {
         let pg = self.getter.get.clone();
         let getter = ValueGetter {
             stores: self.getter.stores.clone(),
-            get: Arc::new(move |ctx, k| Ok(pg(ctx, k)?.map(|v| f(&v)))),
+            get: Arc::new(move |ctx, k| Ok(pg(ctx, k)?.map(|(v, t)| (f(&v), t)))),
         };
         self.derived(name, s, None, getter, flag)
     }
@@ -715,10 +710,15 @@ impl<K: Data, V: Data> KTable<K, V> {
         let this_s = supplier::<K, Change<V>>(
             None,
             Arc::new(move |ctx, r| {
-                let o = og(ctx, &r.key)?;
-                if kind == JoinKind::Inner && o.is_none() {
+                let o_ts = og(ctx, &r.key)?;
+                if kind == JoinKind::Inner && o_ts.is_none() {
                     return Ok(());
                 }
+                // Kafka: the result's timestamp is the larger of both sides'.
+                let ts = o_ts
+                    .as_ref()
+                    .map_or(r.timestamp, |(_, t)| r.timestamp.max(*t));
+                let o = o_ts.map(|(v, _)| v);
                 let res = |v: &Option<V>| kind.present(v, &o).then(|| j1(v.as_ref(), o.as_ref()));
                 let new_value = res(&r.value.new_value);
                 let old_value = if f1.load(Ordering::Relaxed) {
@@ -726,10 +726,11 @@ impl<K: Data, V: Data> KTable<K, V> {
                 } else {
                     None
                 };
-                ctx.forward(r.with_value(Change {
+                let out = r.with_value(Change {
                     new_value,
                     old_value,
-                }))
+                });
+                ctx.forward(out.with_timestamp(ts))
             }),
         );
         // Other side: changes of `other` joined with `self`'s value.
@@ -737,10 +738,14 @@ impl<K: Data, V: Data> KTable<K, V> {
         let other_s = supplier::<K, Change<V2>>(
             None,
             Arc::new(move |ctx, r| {
-                let t = tg(ctx, &r.key)?;
-                if matches!(kind, JoinKind::Inner | JoinKind::Left) && t.is_none() {
+                let t_ts = tg(ctx, &r.key)?;
+                if matches!(kind, JoinKind::Inner | JoinKind::Left) && t_ts.is_none() {
                     return Ok(());
                 }
+                let ts = t_ts
+                    .as_ref()
+                    .map_or(r.timestamp, |(_, t)| r.timestamp.max(*t));
+                let t = t_ts.map(|(v, _)| v);
                 let res = |v: &Option<V2>| kind.present(&t, v).then(|| j2(t.as_ref(), v.as_ref()));
                 let new_value = res(&r.value.new_value);
                 let old_value = if f2.load(Ordering::Relaxed) {
@@ -748,10 +753,11 @@ impl<K: Data, V: Data> KTable<K, V> {
                 } else {
                     None
                 };
-                ctx.forward(r.with_value(Change {
+                let out = r.with_value(Change {
                     new_value,
                     old_value,
-                }))
+                });
+                ctx.forward(out.with_timestamp(ts))
             }),
         );
         {
@@ -797,7 +803,10 @@ impl<K: Data, V: Data> KTable<K, V> {
             get: Arc::new(move |ctx, k| {
                 let t = tg(ctx, k)?;
                 let o = og(ctx, k)?;
-                Ok(kind.present(&t, &o).then(|| joiner(t.as_ref(), o.as_ref())))
+                let (tv, tt) = (t.as_ref().map(|(v, _)| v), t.as_ref().map(|(_, ts)| *ts));
+                let (ov, ot) = (o.as_ref().map(|(v, _)| v), o.as_ref().map(|(_, ts)| *ts));
+                let ts = tt.into_iter().chain(ot).max().unwrap_or(0);
+                Ok(kind.present(&tv, &ov).then(|| (joiner(tv, ov), ts)))
             }),
         };
         let mut old_flags = vec![flag];

@@ -75,9 +75,9 @@ impl Inner {
     }
 }
 
-/// A value getter's function.
+/// A value getter's function: the current value and its timestamp.
 pub(crate) type GetFn<K, V> =
-    Arc<dyn Fn(&mut ProcessorContext<'_>, &K) -> Result<Option<V>> + Send + Sync>;
+    Arc<dyn Fn(&mut ProcessorContext<'_>, &K) -> Result<Option<(V, i64)>> + Send + Sync>;
 
 /// Reads a table's current value for a key (Kafka's `KTableValueGetter`),
 /// with the stores it reads.

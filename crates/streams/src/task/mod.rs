@@ -259,7 +259,14 @@ impl StreamTask {
             let writable = def.global_topic.is_none() || global;
             stores.insert(
                 s.clone(),
-                TaskStore::new(s.clone(), backend, cache, logger, writable),
+                TaskStore::new(
+                    s.clone(),
+                    backend,
+                    cache,
+                    logger,
+                    writable,
+                    def.builder.timestamped,
+                ),
             );
         }
         let mut core = TaskCore {
@@ -329,12 +336,14 @@ impl StreamTask {
         self.core.stores.get_mut(name)
     }
 
-    /// Applies changelog records to a store during restoration (no
-    /// changelog writes, no cache, no forwarding); `None` deletes.
+    /// Applies changelog records `(key, value, timestamp)` to a store
+    /// during restoration (no changelog writes, no cache, no forwarding);
+    /// `None` deletes. Timestamped stores get the record timestamp back as
+    /// their value prefix.
     pub fn restore(
         &mut self,
         store: &str,
-        records: impl IntoIterator<Item = (Bytes, Option<Bytes>)>,
+        records: impl IntoIterator<Item = (Bytes, Option<Bytes>, i64)>,
     ) -> Result<()> {
         let s = self
             .core
@@ -344,8 +353,8 @@ impl StreamTask {
                 store: store.to_string(),
                 message: "no such store in this task".into(),
             })?;
-        for (k, v) in records {
-            s.restore(k, v)?;
+        for (k, v, ts) in records {
+            s.restore(k, v, ts)?;
         }
         Ok(())
     }

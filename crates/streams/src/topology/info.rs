@@ -21,6 +21,9 @@ pub struct StoreInfo {
     pub changelog_topic: Option<String>,
     /// The store's type (the runtime picks the store for `Default`).
     pub store_type: StoreType,
+    /// Whether stored values carry an 8-byte timestamp prefix (restore
+    /// through `StreamTask::restore`, which adds it).
+    pub timestamped: bool,
 }
 
 /// One sub-topology: tasks `<id>_<p>` for each partition `p` of its source
@@ -192,6 +195,7 @@ impl Topology {
                                 .logging
                                 .then(|| changelog_topic(application_id, s)),
                             store_type: d.builder.store_type,
+                            timestamped: d.builder.timestamped,
                         });
                     }
                 }
