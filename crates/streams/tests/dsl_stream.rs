@@ -389,3 +389,25 @@ fn missing_serdes_for_a_repartition_fail_the_build() {
     let err = b.build().unwrap_err().to_string();
     assert!(err.contains("serde"), "{err}");
 }
+
+#[test]
+fn aggregations_skip_null_keys() {
+    let b = StreamsBuilder::new();
+    b.stream("in", Consumed::with(Serdes::nullable(s()), s()))
+        .group_by_key(Grouped::default())
+        .count(Materialized::as_("c").with_caching_disabled())
+        .to_stream()
+        .to(
+            "out",
+            Produced::with(Serdes::nullable(s()), Serdes::nullable(Serdes::i64())),
+        );
+    let d = TopologyTestDriver::new(&b.build().unwrap()).unwrap();
+    let i = d.create_input_topic("in", Serdes::nullable(s()), s());
+    i.pipe_input(None, "x".into(), 0).unwrap();
+    i.pipe_input(Some("k".into()), "x".into(), 0).unwrap();
+    let out = d
+        .create_output_topic("out", Serdes::nullable(s()), Serdes::i64())
+        .read_key_values_to_list()
+        .unwrap();
+    assert_eq!(out, vec![(Some("k".to_string()), 1)]);
+}

@@ -205,6 +205,9 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
             vs,
             Box::new(move |acc, flag| {
                 Arc::new(move |ctx: &mut ProcessorContext<'_>, r: Record<K, V>| {
+                    if acc.key_is_null(&r.key)? {
+                        return Ok(()); // Kafka skips records with a null key
+                    }
                     let old = acc.get(ctx, &r.key)?;
                     let ts = agg_ts(r.timestamp, &old);
                     let old = old.map(|(v, _)| v);
@@ -234,6 +237,9 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
             None,
             Box::new(move |acc, flag| {
                 Arc::new(move |ctx: &mut ProcessorContext<'_>, r: Record<K, V>| {
+                    if acc.key_is_null(&r.key)? {
+                        return Ok(()); // Kafka skips records with a null key
+                    }
                     let old = acc.get(ctx, &r.key)?;
                     let ts = agg_ts(r.timestamp, &old);
                     let old = old.map(|(v, _)| v);
@@ -368,6 +374,9 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
             Box::new(move |acc, flag| {
                 Arc::new(
                     move |ctx: &mut ProcessorContext<'_>, r: Record<K, Change<V>>| {
+                        if acc.key_is_null(&r.key)? {
+                            return Ok(()); // Kafka skips records with a null key
+                        }
                         let old_agg = acc.get(ctx, &r.key)?;
                         let ts = agg_ts(r.timestamp, &old_agg);
                         let old_agg = old_agg.map(|(v, _)| v);
@@ -405,6 +414,9 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
             Box::new(move |acc, flag| {
                 Arc::new(
                     move |ctx: &mut ProcessorContext<'_>, r: Record<K, Change<V>>| {
+                        if acc.key_is_null(&r.key)? {
+                            return Ok(()); // Kafka skips records with a null key
+                        }
                         let old_agg = acc.get(ctx, &r.key)?;
                         let ts = agg_ts(r.timestamp, &old_agg);
                         let old_agg = old_agg.map(|(v, _)| v);

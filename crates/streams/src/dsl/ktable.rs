@@ -204,6 +204,9 @@ fn table_source_supplier<K: Data, V: Data, VIn: Data>(
         })),
         Arc::new(move |ctx, r| {
             let new_value = to_opt(r.value);
+            if acc.key_is_null(&r.key)? {
+                return Ok(()); // Kafka's KTableSource skips null keys
+            }
             if !ctx.has_store(&acc.store) {
                 // Not materialized: forward the update without an old value.
                 let ts = ctx.timestamp();

@@ -65,6 +65,14 @@ impl<K, V> Clone for KvAccess<K, V> {
 }
 
 impl<K: Data, V: Data> KvAccess<K, V> {
+    /// Whether `key` serializes to null (a `None` of a nullable serde).
+    pub(crate) fn key_is_null(&self, key: &K) -> Result<bool> {
+        Ok(self
+            .key_serde
+            .serialize_nullable(&self.store, key)?
+            .is_none())
+    }
+
     /// The value of `key` and its timestamp.
     pub(crate) fn get(&self, ctx: &mut ProcessorContext<'_>, key: &K) -> Result<Option<(V, i64)>> {
         let kb = self.key_serde.serialize(&self.store, key)?;
