@@ -178,7 +178,7 @@ fn split_routes_to_first_matching_branch_and_names_as_kafka() {
         .branch(|_k, v| *v < 10, Branched::as_("small"))
         .default_branch(Branched::default());
     let names: Vec<&String> = branches.keys().collect();
-    assert_eq!(names, vec!["split-3", "split-neg", "split-small"]);
+    assert_eq!(names, vec!["split-0", "split-neg", "split-small"]);
     for (name, st) in &branches {
         st.to(&format!("out-{name}"), Produced::with(s(), Serdes::i64()));
     }
@@ -194,7 +194,7 @@ fn split_routes_to_first_matching_branch_and_names_as_kafka() {
     };
     assert_eq!(read("out-split-neg"), vec![-1, -7]);
     assert_eq!(read("out-split-small"), vec![5]);
-    assert_eq!(read("out-split-3"), vec![50]);
+    assert_eq!(read("out-split-0"), vec![50]);
 
     // The older `branch` API.
     let b = StreamsBuilder::new();

@@ -499,7 +499,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         let mut out = Vec::new();
         for p in preds {
             let p: Pred<K, V> = Arc::from(p);
-            out.push(bs.add_branch(p, None));
+            out.push(bs.add_branch(p, None, false));
         }
         out
     }
@@ -761,18 +761,31 @@ impl<K: Data, V: Data> BranchedKStream<K, V> {
         }
     }
 
-    fn add_branch(&mut self, pred: Pred<K, V>, branched: Option<String>) -> KStream<K, V> {
-        let index = self.branches.read().map(|g| g.len()).unwrap_or(0) + 1;
+    /// Adds a branch; `default` is the default branch (Kafka's index 0).
+    fn add_branch(
+        &mut self,
+        pred: Pred<K, V>,
+        branched: Option<String>,
+        default: bool,
+    ) -> KStream<K, V> {
+        let index = if default {
+            0
+        } else {
+            self.branches.read().map(|g| g.len()).unwrap_or(0) + 1
+        };
         let child = if self.legacy {
             self.parent
                 .b
                 .borrow_mut()
                 .new_processor_name("KSTREAM-BRANCHCHILD-")
         } else {
-            match branched {
+            let child = match branched {
                 Some(n) => format!("{}{n}", self.name),
                 None => format!("{}{index}", self.name),
-            }
+            };
+            // Kafka burns an index per branch.
+            self.parent.b.borrow_mut().new_processor_name(&child);
+            child
         };
         if let Ok(mut g) = self.branches.write() {
             g.push((pred, child.clone()));
@@ -805,14 +818,14 @@ impl<K: Data, V: Data> BranchedKStream<K, V> {
         pred: impl Fn(&K, &V) -> bool + Send + Sync + 'static,
         branched: Branched,
     ) -> Self {
-        self.add_branch(Arc::new(pred), branched.0);
+        self.add_branch(Arc::new(pred), branched.0, false);
         self
     }
 
     /// Adds a branch for all remaining records and returns the branches
     /// by name.
     pub fn default_branch(mut self, branched: Branched) -> BTreeMap<String, KStream<K, V>> {
-        self.add_branch(Arc::new(|_, _| true), branched.0);
+        self.add_branch(Arc::new(|_, _| true), branched.0, true);
         self.result
     }
 
