@@ -300,3 +300,42 @@ fn non_materialized_table_descriptions_match_kafka_topology_test() {
         "{d}"
     );
 }
+
+/// Kafka's `TopologyTest.kTableAnonymousMaterializedFilterShouldPreserveTopologyStructure`
+/// and `kTableNamedMaterializedFilterShouldPreserveTopologyStructure`.
+#[test]
+fn materialized_table_filter_descriptions_match_kafka_topology_test() {
+    let head = "Topologies:\n   Sub-topology: 0\n    Source: KSTREAM-SOURCE-0000000001 (topics: [input-topic])\n      \
+                --> KTABLE-SOURCE-0000000002\n    Processor: KTABLE-SOURCE-0000000002 (stores: [])\n      --> ";
+    let b = StreamsBuilder::new();
+    let t = b.table(
+        "input-topic",
+        Consumed::with(Serdes::string(), Serdes::string()),
+        Materialized::default(),
+    );
+    t.filter_materialized(
+        |_k, _v| false,
+        Materialized::with(Serdes::string(), Serdes::string()),
+    );
+    assert_eq!(
+        b.build().unwrap().describe().to_string(),
+        format!(
+            "{head}KTABLE-FILTER-0000000004\n      <-- KSTREAM-SOURCE-0000000001\n    \
+             Processor: KTABLE-FILTER-0000000004 (stores: [])\n      --> none\n      <-- KTABLE-SOURCE-0000000002\n\n"
+        )
+    );
+    let b = StreamsBuilder::new();
+    let t = b.table(
+        "input-topic",
+        Consumed::with(Serdes::string(), Serdes::string()),
+        Materialized::default(),
+    );
+    t.filter_materialized(|_k, _v| false, Materialized::as_("store-name"));
+    assert_eq!(
+        b.build().unwrap().describe().to_string(),
+        format!(
+            "{head}KTABLE-FILTER-0000000003\n      <-- KSTREAM-SOURCE-0000000001\n    \
+             Processor: KTABLE-FILTER-0000000003 (stores: [store-name])\n      --> none\n      <-- KTABLE-SOURCE-0000000002\n\n"
+        )
+    );
+}

@@ -443,3 +443,68 @@ fn result_timestamps_follow_kafka() {
         .unwrap();
     assert_eq!((st[0].value.as_str(), st[0].timestamp), ("SR", 7));
 }
+
+#[test]
+fn materialized_filter_and_map_values_are_queryable_and_joinable() {
+    let b = StreamsBuilder::new();
+    let t = b.table(
+        "t",
+        Consumed::with(s(), Serdes::i64()),
+        Materialized::default(),
+    );
+    let big = t.filter_materialized(
+        |_k, v| *v >= 10,
+        Materialized::as_("big").with_caching_disabled(),
+    );
+    let labels = big.map_values_materialized(
+        |v| format!("#{v}"),
+        Materialized::as_("labels")
+            .with_value_serde(s())
+            .with_caching_disabled(),
+    );
+    assert_eq!(labels.queryable_store_name(), Some("labels"));
+    b.stream("q", Consumed::with(s(), s()))
+        .left_join(&labels, |q, l: Option<&String>| {
+            format!("{q}:{}", l.map_or("none", |x| x.as_str()))
+        })
+        .to("answers", Produced::with(s(), s()));
+    labels
+        .to_stream()
+        .to("labels-out", Produced::with(s(), ns()));
+    let d = TopologyTestDriver::new(&b.build().unwrap()).unwrap();
+    let i = d.create_input_topic("t", s(), Serdes::i64());
+    i.pipe_input("a".into(), 12, 0).unwrap();
+    i.pipe_input("b".into(), 3, 0).unwrap();
+    i.pipe_input("a".into(), 4, 0).unwrap();
+    i.pipe_input("b".into(), 30, 0).unwrap();
+    assert_eq!(
+        d.key_value_store_all("big", &s(), &Serdes::i64()).unwrap(),
+        vec![("b".to_string(), 30)]
+    );
+    assert_eq!(
+        d.key_value_store_all("labels", &s(), &s()).unwrap(),
+        vec![("b".to_string(), "#30".to_string())]
+    );
+    let out = d
+        .create_output_topic("labels-out", s(), ns())
+        .read_key_values_to_list()
+        .unwrap();
+    assert_eq!(
+        out,
+        vec![
+            kvo("a", Some("#12")),
+            kvo("b", None),
+            kvo("a", None),
+            kvo("b", Some("#30"))
+        ]
+    );
+    let q = d.create_input_topic("q", s(), s());
+    q.pipe_input("a".into(), "qa".into(), 1).unwrap();
+    q.pipe_input("b".into(), "qb".into(), 1).unwrap();
+    assert_eq!(
+        d.create_output_topic("answers", s(), s())
+            .read_values_to_list()
+            .unwrap(),
+        vec!["qa:none", "qb:#30"]
+    );
+}

@@ -565,6 +565,105 @@ impl<K: Data, V: Data> KTable<K, V> {
         self.derived(name, s, self.value_serde.clone(), getter, flag)
     }
 
+    /// A filter or value mapper whose result is materialized in a named
+    /// store (Kafka's `filter`/`mapValues` with `Materialized.as`): writes
+    /// each result to the store, forwards through the cache, and serves
+    /// joins from the store. An unnamed `Materialized` only burns a store
+    /// index, as Kafka does not materialize non-queryable stores.
+    fn derive_materialized<V2: Data>(
+        &self,
+        prefix: &str,
+        m: Materialized<K, V2>,
+        default_value_serde: Option<SerdeRef<V2>>,
+        compute: Arc<dyn Fn(&K, &V) -> Option<V2> + Send + Sync>,
+    ) -> Option<KTable<K, V2>> {
+        let store = match &m.name {
+            Some(n) => n.clone(),
+            None => {
+                self.b.borrow_mut().new_store_name(prefix);
+                return None;
+            }
+        };
+        let name = self.name_for(prefix);
+        let (Some(ks), Some(vs)) = (
+            m.key_serde.clone().or_else(|| self.key_serde.clone()),
+            m.value_serde.clone().or(default_value_serde),
+        ) else {
+            self.b
+                .borrow_mut()
+                .check::<()>(Err(StreamsError::Topology(format!(
+                "{name} materializes {store}: it needs key and value serdes (Materialized::with)"
+            ))));
+            return None;
+        };
+        let acc = KvAccess {
+            store: store.clone(),
+            key_serde: ks.clone(),
+            value_serde: vs.clone(),
+        };
+        let flag = Arc::new(AtomicBool::new(false));
+        let (acc2, flag2) = (acc.clone(), flag.clone());
+        let (acc3, flag3) = (acc.clone(), flag.clone());
+        let s = supplier::<K, Change<V>>(
+            Some(Arc::new(move |ctx| {
+                register_flush_listener(ctx, acc2.clone(), flag2.clone())
+            })),
+            Arc::new(move |ctx, r| {
+                let send_old = flag3.load(Ordering::Relaxed);
+                let new_value = r.value.new_value.as_ref().and_then(|v| compute(&r.key, v));
+                let old_value = if send_old {
+                    acc3.get(ctx, &r.key)?.map(|(v, _)| v)
+                } else {
+                    None
+                };
+                if send_old && new_value.is_none() && old_value.is_none() {
+                    return Ok(());
+                }
+                let ts = r.timestamp;
+                acc3.put(ctx, &r.key, new_value.as_ref(), ts)?;
+                forward_change(ctx, &acc3.store, r.key, new_value, old_value, send_old, ts)
+            }),
+        );
+        let mut t = self.derived(name.clone(), s, Some(vs), store_getter(acc), flag);
+        add_store(&self.b, &store, &m, &name);
+        t.store = Some(store);
+        // The store serves joins: upstream sources need not materialize.
+        t.materializers = Vec::new();
+        t.old_flags.truncate(1);
+        Some(t)
+    }
+
+    /// [`KTable::filter`] materialized per `materialized`.
+    pub fn filter_materialized(
+        &self,
+        pred: impl Fn(&K, &V) -> bool + Send + Sync + 'static,
+        materialized: Materialized<K, V>,
+    ) -> KTable<K, V> {
+        let pred = Arc::new(pred);
+        let p2 = pred.clone();
+        let vs = self.value_serde.clone();
+        let compute = Arc::new(move |k: &K, v: &V| p2(k, v).then(|| v.clone()));
+        match self.derive_materialized("KTABLE-FILTER-", materialized, vs, compute) {
+            Some(t) => t,
+            None => self.filter(move |k, v| pred(k, v)),
+        }
+    }
+
+    /// [`KTable::map_values`] materialized per `materialized`.
+    pub fn map_values_materialized<V2: Data>(
+        &self,
+        f: impl Fn(&V) -> V2 + Send + Sync + 'static,
+        materialized: Materialized<K, V2>,
+    ) -> KTable<K, V2> {
+        let f = Arc::new(f);
+        let f2 = f.clone();
+        let compute = Arc::new(move |_k: &K, v: &V| Some(f2(v)));
+        match self.derive_materialized("KTABLE-MAPVALUES-", materialized, None, compute) {
+            Some(t) => t,
+            None => self.map_values(move |v| f(v)),
+        }
+    }
+
     /// Drops entries satisfying `pred` (`KTABLE-FILTER-`).
     pub fn filter_not(
         &self,
