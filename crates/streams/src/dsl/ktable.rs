@@ -463,6 +463,9 @@ impl JoinKind {
     }
 }
 
+/// Computes a derived table's value (`None`: no value).
+type Compute<K, V, V2> = Arc<dyn Fn(&K, &V) -> Option<V2> + Send + Sync>;
+
 type Joiner<V1, V2, R> = Arc<dyn Fn(Option<&V1>, Option<&V2>) -> R + Send + Sync>;
 
 impl<K: Data, V: Data> KTable<K, V> {
@@ -575,7 +578,7 @@ impl<K: Data, V: Data> KTable<K, V> {
         prefix: &str,
         m: Materialized<K, V2>,
         default_value_serde: Option<SerdeRef<V2>>,
-        compute: Arc<dyn Fn(&K, &V) -> Option<V2> + Send + Sync>,
+        compute: Compute<K, V, V2>,
     ) -> Option<KTable<K, V2>> {
         let store = match &m.name {
             Some(n) => n.clone(),
