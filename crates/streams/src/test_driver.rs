@@ -37,6 +37,8 @@ pub struct DriverConfig {
     pub commit_every_record: bool,
     /// The initial wall-clock time (ms).
     pub initial_wall_clock_ms: i64,
+    /// `default.deserialization.exception.handler`.
+    pub deserialization_handler: crate::task::DeserializationHandler,
 }
 
 impl Default for DriverConfig {
@@ -46,6 +48,7 @@ impl Default for DriverConfig {
             cache_max_bytes: 10 * 1024 * 1024,
             commit_every_record: true,
             initial_wall_clock_ms: 0,
+            deserialization_handler: Default::default(),
         }
     }
 }
@@ -111,6 +114,7 @@ impl TopologyTestDriver {
             cache_max_bytes: config.cache_max_bytes,
             default_store: None,
             global_stores: global_stores.clone(),
+            deserialization_handler: config.deserialization_handler,
         };
         let mut readers = HashMap::new();
         let mut global_tasks = Vec::new();

@@ -516,3 +516,35 @@ fn topologies_and_tasks_can_move_between_threads() {
     send_sync::<Topology>();
     send::<StreamTask>();
 }
+
+#[test]
+fn deserialization_errors_fail_or_skip_per_handler() {
+    use sluice_streams::task::DeserializationHandler;
+    let mut t = Topology::new();
+    t.add_source("src", &["in"], s(), Serdes::i64())
+        .unwrap()
+        .add_sink("out", "o", s(), Serdes::i64(), &["src"])
+        .unwrap();
+    let bad = consumed(0, 1, "k", "not eight bytes");
+    let mut good = consumed(1, 2, "k", "");
+    good.value = Some(Bytes::from(7i64.to_be_bytes().to_vec()));
+    let mut out = Vec::new();
+    let mut fail = StreamTask::new(&t, TaskId::new(0, 0), &TaskConfig::default(), 0).unwrap();
+    fail.add_records("in", 0, [bad.clone()]).unwrap();
+    let err = fail.process(0, &mut out).unwrap_err().to_string();
+    assert!(err.contains("in-0 offset 0"), "{err}");
+    let cfg = TaskConfig {
+        deserialization_handler: DeserializationHandler::LogAndContinue,
+        ..TaskConfig::default()
+    };
+    let mut skip = StreamTask::new(&t, TaskId::new(0, 0), &cfg, 0).unwrap();
+    skip.add_records("in", 0, [bad, good]).unwrap();
+    assert_eq!(skip.process_all(0, &mut out).unwrap(), 2);
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        skip.prepare_commit(&mut out)
+            .unwrap()
+            .get(&("in".to_string(), 0)),
+        Some(&2)
+    );
+}

@@ -89,6 +89,20 @@ pub struct TaskConfig {
     pub default_store: Option<StoreSupplier>,
     /// Global stores, shared with the global task, by name.
     pub global_stores: HashMap<String, SharedStore>,
+    /// `default.deserialization.exception.handler`.
+    pub deserialization_handler: DeserializationHandler,
+}
+
+/// What to do with a record whose key or value cannot be deserialized
+/// (Kafka's `default.deserialization.exception.handler`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DeserializationHandler {
+    /// Fail the task (Kafka's default, `LogAndFailExceptionHandler`).
+    #[default]
+    LogAndFail,
+    /// Log and skip the record (`LogAndContinueExceptionHandler`); its
+    /// offset still counts as consumed.
+    LogAndContinue,
 }
 
 impl std::fmt::Debug for TaskConfig {
@@ -97,6 +111,7 @@ impl std::fmt::Debug for TaskConfig {
             .field("application_id", &self.application_id)
             .field("max_task_idle_ms", &self.max_task_idle_ms)
             .field("cache_max_bytes", &self.cache_max_bytes)
+            .field("deserialization_handler", &self.deserialization_handler)
             .finish()
     }
 }
@@ -113,6 +128,7 @@ pub struct StreamTask {
     commit_needed: bool,
     max_task_idle_ms: i64,
     global: bool,
+    deserialization_handler: DeserializationHandler,
 }
 
 impl std::fmt::Debug for StreamTask {
@@ -296,6 +312,7 @@ impl StreamTask {
             commit_needed: false,
             max_task_idle_ms: config.max_task_idle_ms,
             global,
+            deserialization_handler: config.deserialization_handler,
         })
     }
 
@@ -416,7 +433,20 @@ impl StreamTask {
             .get(&topic)
             .cloned()
             .ok_or_else(|| StreamsError::IllegalState(format!("no source for {topic}")))?;
-        let (key, value) = de(&topic, rec.key.as_deref(), rec.value.as_deref())?;
+        let (key, value) = match de(&topic, rec.key.as_deref(), rec.value.as_deref()) {
+            Ok(kv) => kv,
+            Err(e) if self.deserialization_handler == DeserializationHandler::LogAndContinue => {
+                tracing::warn!(task = %self.id, %topic, partition, offset = rec.offset, error = %e,
+                    "skipping a record that cannot be deserialized");
+                return Ok(true);
+            }
+            Err(e) => {
+                return Err(StreamsError::Serde(format!(
+                    "task {} {topic}-{partition} offset {}: {e}",
+                    self.id, rec.offset
+                )))
+            }
+        };
         self.core.stream_time = self.core.stream_time.max(rec.timestamp);
         self.core.meta = RecordMeta {
             topic: Some(topic),
