@@ -5,10 +5,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::change_serde::ChangeSerde;
 use super::config::Materialized;
 use super::kstream::add_repartition;
 use super::ktable::{
-    add_store, forward_change, register_flush_listener, store_getter, Change, ChangeSerde, KTable,
+    add_store, forward_change, register_flush_listener, store_getter, Change, KTable,
 };
 use super::processors::{supplier, KvAccess, ProcessFn};
 use super::{Shared, Sources};

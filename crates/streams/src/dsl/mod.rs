@@ -18,11 +18,13 @@
 //! `KTable::to_stream` yields `Option<V>` values (tombstones are `None`);
 //! `builder.table` always materializes its store.
 
+mod change_serde;
 mod config;
 mod grouped;
 mod kstream;
 mod ktable;
 mod processors;
+mod table_join;
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
