@@ -30,10 +30,8 @@ impl Processor<String, String> for Counter {
             Duration::from_millis(10),
             self.ty,
             Box::new(|ctx, ts| {
-                let all = ctx.store("counts")?.all()?;
-                for (k, v) in all {
-                    let key = Serdes::string().deserialize("counts", &k)?;
-                    let n = Serdes::i64().deserialize("counts", &v)?;
+                let all = ctx.typed_store("counts", s(), Serdes::i64())?.all()?;
+                for (key, n) in all {
                     ctx.forward(Record::new(key, format!("{n}@{ts}"), ts))?;
                 }
                 Ok(())
@@ -42,13 +40,9 @@ impl Processor<String, String> for Counter {
         Ok(())
     }
     fn process(&mut self, ctx: &mut ProcessorContext<'_>, r: Record<String, String>) -> Result<()> {
-        let kb = Bytes::from(r.key.clone().into_bytes());
-        let mut store = ctx.store("counts")?;
-        let n = match store.get(&kb)? {
-            Some(b) => Serdes::i64().deserialize("counts", &b)? + 1,
-            None => 1,
-        };
-        store.put(kb, Serdes::i64().serialize("counts", &n)?)?;
+        let mut store = ctx.typed_store("counts", s(), Serdes::i64())?;
+        let n = store.get(&r.key)?.unwrap_or(0) + 1;
+        store.put(&r.key, &n)?;
         Ok(())
     }
 }
