@@ -5,9 +5,11 @@
 //! topics read back) are fed to the reading task at once; everything
 //! written is kept per topic for [`TestOutputTopic`]s, changelogs included.
 //!
-//! As in Kafka, the driver commits after every piped record (flushing
-//! record caches), unless [`DriverConfig::commit_every_record`] is off;
-//! then [`TopologyTestDriver::commit`] commits.
+//! As Kafka's driver, it processes the queued record with the lowest
+//! timestamp next, whichever task holds it, and commits after every
+//! processed record (flushing record caches), unless
+//! [`DriverConfig::commit_every_record`] is off; then
+//! [`TopologyTestDriver::commit`] commits.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -33,7 +35,7 @@ pub struct DriverConfig {
     pub application_id: String,
     /// `statestore.cache.max.bytes` (Kafka's default 10 MiB).
     pub cache_max_bytes: usize,
-    /// Commit after each piped record, as Kafka's driver does.
+    /// Commit after each processed record, as Kafka's driver does.
     pub commit_every_record: bool,
     /// The initial wall-clock time (ms).
     pub initial_wall_clock_ms: i64,
@@ -359,20 +361,28 @@ impl Inner {
     fn run(&mut self) -> Result<()> {
         let now = self.wall_clock;
         loop {
-            let mut any = false;
-            let ids: Vec<u32> = self.tasks.keys().copied().collect();
-            for id in ids {
-                let mut out = Vec::new();
-                let n = match self.tasks.get_mut(&id) {
-                    Some(t) => t.process_all(now, &mut out)?,
-                    None => 0,
-                };
-                any |= n > 0;
-                self.route(out)?;
-            }
-            if !any {
+            // As Kafka's driver (one task over every partition): the record
+            // with the lowest timestamp goes next, whichever task holds it;
+            // with `commit_every_record`, a commit follows each record.
+            let next = self
+                .tasks
+                .iter_mut()
+                .filter_map(|(id, t)| {
+                    let ts = t.head_timestamp()?;
+                    t.is_processable(now).then_some((ts, *id))
+                })
+                .min();
+            let Some((_, id)) = next else {
                 return Ok(());
+            };
+            let mut out = Vec::new();
+            if let Some(t) = self.tasks.get_mut(&id) {
+                t.process(now, &mut out)?;
+                if self.commit_every_record {
+                    t.prepare_commit(&mut out)?;
+                }
             }
+            self.route(out)?;
         }
     }
 

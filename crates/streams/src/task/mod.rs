@@ -396,6 +396,11 @@ impl StreamTask {
         Ok(self.group.add(topic, partition, records))
     }
 
+    /// The lowest timestamp among the heads of the input queues.
+    pub fn head_timestamp(&self) -> Option<i64> {
+        self.group.head_timestamp()
+    }
+
     /// Records buffered for (topic, partition).
     pub fn buffered(&self, topic: &str, partition: i32) -> usize {
         self.group.buffered(topic, partition)

@@ -81,6 +81,14 @@ impl PartitionGroup {
         now - since >= max_task_idle_ms
     }
 
+    /// The lowest timestamp among the queues' head records.
+    pub fn head_timestamp(&self) -> Option<i64> {
+        self.queues
+            .values()
+            .filter_map(|q| q.front().map(|r| r.timestamp))
+            .min()
+    }
+
     /// Takes the head record with the lowest timestamp (ties: the first
     /// partition in (topic, partition) order).
     pub fn next_record(&mut self) -> Option<((String, i32), ConsumedRecord)> {
