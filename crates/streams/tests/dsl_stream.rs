@@ -418,3 +418,39 @@ fn aggregations_skip_null_keys() {
         .unwrap();
     assert_eq!(out, vec![(Some("k".to_string()), 1)]);
 }
+
+#[test]
+fn a_named_grouping_shares_its_repartition_topic() {
+    let b = StreamsBuilder::new();
+    let g = b.stream("in", strings()).group_by(
+        |_k, v: &String| v.clone(),
+        Grouped::with(s(), s()).with_name("by-value"),
+    );
+    g.count(Materialized::as_("c1"))
+        .to_stream()
+        .to("o1", Produced::with(s(), Serdes::nullable(Serdes::i64())));
+    g.reduce(|a, b| format!("{a}{b}"), Materialized::as_("r1"))
+        .to_stream()
+        .to("o2", Produced::with(s(), Serdes::nullable(s())));
+    let t = b.build().unwrap();
+    let info = t.topics_info("app");
+    assert_eq!(info.repartition_topics.len(), 1);
+    assert_eq!(info.repartition_topics[0].topic, "app-by-value-repartition");
+    assert_eq!(info.subtopologies.len(), 2);
+    let d = TopologyTestDriver::new(&t).unwrap();
+    d.create_input_topic("in", s(), s())
+        .pipe_input("k".into(), "v".into(), 0)
+        .unwrap();
+    assert_eq!(
+        d.create_output_topic("o1", s(), Serdes::i64())
+            .read_values_to_list()
+            .unwrap(),
+        vec![1]
+    );
+    assert_eq!(
+        d.create_output_topic("o2", s(), s())
+            .read_values_to_list()
+            .unwrap(),
+        vec!["v"]
+    );
+}

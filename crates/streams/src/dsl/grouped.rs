@@ -26,6 +26,8 @@ pub struct KGroupedStream<K, V> {
     pub(crate) repartition_required: bool,
     pub(crate) repartition_name: Option<String>,
     pub(crate) sources: Sources,
+    /// The repartition source made for a named grouping, for reuse.
+    pub(crate) repartition_source: std::rc::Rc<std::cell::RefCell<Option<String>>>,
 }
 
 impl<K, V> std::fmt::Debug for KGroupedStream<K, V> {
@@ -159,20 +161,33 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
                 .repartition_name
                 .clone()
                 .unwrap_or_else(|| store.clone());
-            let Some(src) = add_repartition(
-                &self.b,
-                &self.node,
-                &prefix_name,
-                Some(ks.clone()),
-                self.value_serde.clone(),
-                true,
-                None,
-            ) else {
-                return bad_table(
-                    &self.b,
-                    &self.node,
-                    format!("{proc_name}: repartition failed"),
-                );
+            // Kafka reuses the repartition topic of a grouping the user
+            // named for every aggregation of that grouping.
+            let reused = self
+                .repartition_name
+                .as_ref()
+                .and_then(|_| self.repartition_source.borrow().clone());
+            let src = match reused {
+                Some(src) => src,
+                None => {
+                    let Some(src) = add_repartition(
+                        &self.b,
+                        &self.node,
+                        &prefix_name,
+                        Some(ks.clone()),
+                        self.value_serde.clone(),
+                        true,
+                        None,
+                    ) else {
+                        return bad_table(
+                            &self.b,
+                            &self.node,
+                            format!("{proc_name}: repartition failed"),
+                        );
+                    };
+                    *self.repartition_source.borrow_mut() = Some(src.clone());
+                    src
+                }
             };
             (src.clone(), [src].into())
         } else {

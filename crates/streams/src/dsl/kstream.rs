@@ -519,6 +519,7 @@ impl<K: Data, V: Data> KStream<K, V> {
             repartition_required: self.repartition_required,
             repartition_name: grouped.name,
             sources: self.sources.clone(),
+            repartition_source: Default::default(),
         }
     }
 
@@ -539,6 +540,7 @@ impl<K: Data, V: Data> KStream<K, V> {
             repartition_required: true,
             repartition_name: grouped.name,
             sources: self.sources.clone(),
+            repartition_source: Default::default(),
         }
     }
 
