@@ -5,9 +5,11 @@
 //! topics read back) are fed to the reading task at once; everything
 //! written is kept per topic for [`TestOutputTopic`]s, changelogs included.
 //!
-//! As in Kafka, the driver commits after every piped record (flushing
-//! record caches), unless [`DriverConfig::commit_every_record`] is off;
-//! then [`TopologyTestDriver::commit`] commits.
+//! As Kafka's driver, it processes the queued record with the lowest
+//! timestamp next, whichever task holds it, and commits after every
+//! processed record (flushing record caches), unless
+//! [`DriverConfig::commit_every_record`] is off; then
+//! [`TopologyTestDriver::commit`] commits.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -33,10 +35,12 @@ pub struct DriverConfig {
     pub application_id: String,
     /// `statestore.cache.max.bytes` (Kafka's default 10 MiB).
     pub cache_max_bytes: usize,
-    /// Commit after each piped record, as Kafka's driver does.
+    /// Commit after each processed record, as Kafka's driver does.
     pub commit_every_record: bool,
     /// The initial wall-clock time (ms).
     pub initial_wall_clock_ms: i64,
+    /// `default.deserialization.exception.handler`.
+    pub deserialization_handler: crate::task::DeserializationHandler,
 }
 
 impl Default for DriverConfig {
@@ -46,6 +50,7 @@ impl Default for DriverConfig {
             cache_max_bytes: 10 * 1024 * 1024,
             commit_every_record: true,
             initial_wall_clock_ms: 0,
+            deserialization_handler: Default::default(),
         }
     }
 }
@@ -62,6 +67,8 @@ struct Inner {
     next_offset: HashMap<String, i64>,
     wall_clock: i64,
     commit_every_record: bool,
+    /// Global stores whose values carry timestamps.
+    timestamped: std::collections::HashSet<String>,
 }
 
 /// Runs a topology without a broker.
@@ -88,6 +95,7 @@ impl TopologyTestDriver {
         let app = config.application_id.clone();
         let info = topology.topics_info(&app);
         let mut global_stores = HashMap::new();
+        let mut timestamped = std::collections::HashSet::new();
         for g in &info.global_stores {
             let def = topology
                 .store_def(&g.store)
@@ -98,6 +106,9 @@ impl TopologyTestDriver {
             };
             let store: Box<dyn KeyValueStore> = def.builder.build(&init, None)?;
             global_stores.insert(g.store.clone(), Arc::new(Mutex::new(store)));
+            if def.builder.timestamped {
+                timestamped.insert(g.store.clone());
+            }
         }
         let task_config = TaskConfig {
             application_id: app.clone(),
@@ -105,12 +116,18 @@ impl TopologyTestDriver {
             cache_max_bytes: config.cache_max_bytes,
             default_store: None,
             global_stores: global_stores.clone(),
+            deserialization_handler: config.deserialization_handler,
         };
         let mut readers = HashMap::new();
         let mut global_tasks = Vec::new();
         for (id, group) in topology.node_groups().iter().enumerate() {
             if topology.is_global_group(group) {
-                let t = StreamTask::new_global(topology, id as u32, &task_config)?;
+                let t = StreamTask::new_global(
+                    topology,
+                    id as u32,
+                    &task_config,
+                    config.initial_wall_clock_ms,
+                )?;
                 for (topic, _) in t.input_partitions() {
                     readers.insert(topic, (true, global_tasks.len() as u32));
                 }
@@ -119,7 +136,12 @@ impl TopologyTestDriver {
         }
         let mut tasks = BTreeMap::new();
         for s in &info.subtopologies {
-            let t = StreamTask::new(topology, TaskId::new(s.id, 0), &task_config)?;
+            let t = StreamTask::new(
+                topology,
+                TaskId::new(s.id, 0),
+                &task_config,
+                config.initial_wall_clock_ms,
+            )?;
             for topic in &s.source_topics {
                 readers.insert(topic.clone(), (false, s.id));
             }
@@ -137,6 +159,7 @@ impl TopologyTestDriver {
                 next_offset: HashMap::new(),
                 wall_clock: config.initial_wall_clock_ms,
                 commit_every_record: config.commit_every_record,
+                timestamped,
             })),
         })
     }
@@ -212,6 +235,30 @@ impl TopologyTestDriver {
         self.inner.borrow_mut().commit()
     }
 
+    /// Every entry of store `name`, typed, in key-byte order, with the
+    /// entry's timestamp for timestamped (DSL) stores.
+    pub fn key_value_store_all_with_timestamps<K: Data, V: Data>(
+        &self,
+        name: &str,
+        key_serde: &SerdeRef<K>,
+        value_serde: &SerdeRef<V>,
+    ) -> Result<Vec<(K, V, Option<i64>)>> {
+        let (raw, timestamped) = self.inner.borrow_mut().store_all(name)?;
+        raw.into_iter()
+            .map(|(k, v)| {
+                let (ts, v) = match (timestamped, v.split_first_chunk::<8>()) {
+                    (true, Some((ts, rest))) => (Some(i64::from_be_bytes(*ts)), rest),
+                    _ => (None, &v[..]),
+                };
+                Ok((
+                    key_serde.deserialize(name, &k)?,
+                    value_serde.deserialize(name, v)?,
+                    ts,
+                ))
+            })
+            .collect()
+    }
+
     /// Every entry of store `name`, typed, in key-byte order.
     pub fn key_value_store_all<K: Data, V: Data>(
         &self,
@@ -219,31 +266,26 @@ impl TopologyTestDriver {
         key_serde: &SerdeRef<K>,
         value_serde: &SerdeRef<V>,
     ) -> Result<Vec<(K, V)>> {
-        let raw = self.inner.borrow_mut().store_all(name)?;
-        raw.into_iter()
-            .map(|(k, v)| {
-                Ok((
-                    key_serde.deserialize(name, &k)?,
-                    value_serde.deserialize(name, &v)?,
-                ))
-            })
-            .collect()
+        Ok(self
+            .key_value_store_all_with_timestamps(name, key_serde, value_serde)?
+            .into_iter()
+            .map(|(k, v, _)| (k, v))
+            .collect())
     }
 
     /// The value of `key` in store `name`.
-    pub fn key_value_store_get<K: Data, V: Data>(
+    pub fn key_value_store_get<K: Data + PartialEq, V: Data>(
         &self,
         name: &str,
         key: &K,
         key_serde: &SerdeRef<K>,
         value_serde: &SerdeRef<V>,
     ) -> Result<Option<V>> {
-        let kb = key_serde.serialize(name, key)?;
-        let raw = self.inner.borrow_mut().store_all(name)?;
-        raw.into_iter()
-            .find(|(k, _)| *k == kb)
-            .map(|(_, v)| value_serde.deserialize(name, &v))
-            .transpose()
+        Ok(self
+            .key_value_store_all(name, key_serde, value_serde)?
+            .into_iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v))
     }
 
     /// Every record written to `topic` so far and not yet read (raw).
@@ -299,7 +341,7 @@ impl Inner {
         let now = self.wall_clock;
         if global {
             let t = &mut self.global_tasks[id as usize];
-            t.add_records(topic, -1, [rec])?;
+            t.add_records(topic, 0, [rec])?;
             let mut sink = Vec::new();
             t.process_all(now, &mut sink)?;
             t.prepare_commit(&mut sink)?;
@@ -319,20 +361,28 @@ impl Inner {
     fn run(&mut self) -> Result<()> {
         let now = self.wall_clock;
         loop {
-            let mut any = false;
-            let ids: Vec<u32> = self.tasks.keys().copied().collect();
-            for id in ids {
-                let mut out = Vec::new();
-                let n = match self.tasks.get_mut(&id) {
-                    Some(t) => t.process_all(now, &mut out)?,
-                    None => 0,
-                };
-                any |= n > 0;
-                self.route(out)?;
-            }
-            if !any {
+            // As Kafka's driver (one task over every partition): the record
+            // with the lowest timestamp goes next, whichever task holds it;
+            // with `commit_every_record`, a commit follows each record.
+            let next = self
+                .tasks
+                .iter_mut()
+                .filter_map(|(id, t)| {
+                    let ts = t.head_timestamp()?;
+                    t.is_processable(now).then_some((ts, *id))
+                })
+                .min();
+            let Some((_, id)) = next else {
                 return Ok(());
+            };
+            let mut out = Vec::new();
+            if let Some(t) = self.tasks.get_mut(&id) {
+                t.process(now, &mut out)?;
+                if self.commit_every_record {
+                    t.prepare_commit(&mut out)?;
+                }
             }
+            self.route(out)?;
         }
     }
 
@@ -387,16 +437,17 @@ impl Inner {
         Ok(())
     }
 
-    fn store_all(&mut self, name: &str) -> Result<Vec<(Bytes, Bytes)>> {
+    /// A store's entries and whether its values carry timestamps.
+    fn store_all(&mut self, name: &str) -> Result<(Vec<(Bytes, Bytes)>, bool)> {
         if let Some(s) = self.global_stores.get(name) {
             let g = s
                 .lock()
                 .map_err(|_| StreamsError::IllegalState("store lock poisoned".into()))?;
-            return g.all();
+            return Ok((g.all()?, self.timestamped.contains(name)));
         }
         for t in self.tasks.values_mut() {
             if let Some(s) = t.store_mut(name) {
-                return s.inner_all();
+                return Ok((s.inner_all()?, s.is_timestamped()));
             }
         }
         Err(StreamsError::Store {

@@ -208,3 +208,134 @@ fn topics_info_lists_subtopologies_internal_topics_and_copartitioning() {
         .collect();
     info.check_copartitioning(&ok).unwrap();
 }
+
+/// Kafka's `TopologyTest.kGroupedStreamZeroArgCountShouldPreserveTopologyStructure`
+/// and `kGroupedStreamNamedMaterializedCountShouldPreserveTopologyStructure`.
+#[test]
+fn grouped_stream_count_descriptions_match_kafka_topology_test() {
+    let b = StreamsBuilder::new();
+    b.stream(
+        "input-topic",
+        Consumed::with(Serdes::string(), Serdes::string()),
+    )
+    .group_by_key(Grouped::default())
+    .count(Materialized::default());
+    assert_eq!(
+        b.build().unwrap().describe().to_string(),
+        "Topologies:\n   Sub-topology: 0\n    Source: KSTREAM-SOURCE-0000000000 (topics: [input-topic])\n      \
+         --> KSTREAM-AGGREGATE-0000000002\n    Processor: KSTREAM-AGGREGATE-0000000002 (stores: \
+         [KSTREAM-AGGREGATE-STATE-STORE-0000000001])\n      --> none\n      <-- KSTREAM-SOURCE-0000000000\n\n"
+    );
+    let b = StreamsBuilder::new();
+    b.stream(
+        "input-topic",
+        Consumed::with(Serdes::string(), Serdes::string()),
+    )
+    .group_by_key(Grouped::default())
+    .count(
+        Materialized::as_("count-store")
+            .with_store_type(sluice_streams::topology::StoreType::InMemory),
+    );
+    assert_eq!(
+        b.build().unwrap().describe().to_string(),
+        "Topologies:\n   Sub-topology: 0\n    Source: KSTREAM-SOURCE-0000000000 (topics: [input-topic])\n      \
+         --> KSTREAM-AGGREGATE-0000000001\n    Processor: KSTREAM-AGGREGATE-0000000001 (stores: [count-store])\n      \
+         --> none\n      <-- KSTREAM-SOURCE-0000000000\n\n"
+    );
+}
+
+/// Kafka's `TopologyTest.kTableNonMaterializedFilterShouldPreserveTopologyStructure`
+/// and `kTableNonMaterializedMapValuesShouldPreserveTopologyStructure`: a
+/// source table is not materialized unless something needs its store.
+#[test]
+fn non_materialized_table_descriptions_match_kafka_topology_test() {
+    let b = StreamsBuilder::new();
+    let t = b.table(
+        "input-topic",
+        Consumed::with(Serdes::string(), Serdes::string()),
+        Materialized::default(),
+    );
+    t.filter(|_k, _v| false);
+    assert_eq!(
+        b.build().unwrap().describe().to_string(),
+        "Topologies:\n   Sub-topology: 0\n    Source: KSTREAM-SOURCE-0000000001 (topics: [input-topic])\n      \
+         --> KTABLE-SOURCE-0000000002\n    Processor: KTABLE-SOURCE-0000000002 (stores: [])\n      \
+         --> KTABLE-FILTER-0000000003\n      <-- KSTREAM-SOURCE-0000000001\n    \
+         Processor: KTABLE-FILTER-0000000003 (stores: [])\n      --> none\n      <-- KTABLE-SOURCE-0000000002\n\n"
+    );
+    let b = StreamsBuilder::new();
+    let t = b.table(
+        "input-topic",
+        Consumed::with(Serdes::string(), Serdes::string()),
+        Materialized::default(),
+    );
+    t.map_values(|_v| 0i64);
+    assert_eq!(
+        b.build().unwrap().describe().to_string(),
+        "Topologies:\n   Sub-topology: 0\n    Source: KSTREAM-SOURCE-0000000001 (topics: [input-topic])\n      \
+         --> KTABLE-SOURCE-0000000002\n    Processor: KTABLE-SOURCE-0000000002 (stores: [])\n      \
+         --> KTABLE-MAPVALUES-0000000003\n      <-- KSTREAM-SOURCE-0000000001\n    \
+         Processor: KTABLE-MAPVALUES-0000000003 (stores: [])\n      --> none\n      <-- KTABLE-SOURCE-0000000002\n\n"
+    );
+    // A join needs the table's store: it is materialized then.
+    let b = StreamsBuilder::new();
+    let t = b.table(
+        "input-topic",
+        Consumed::with(Serdes::string(), Serdes::string()),
+        Materialized::default(),
+    );
+    b.stream("s", Consumed::with(Serdes::string(), Serdes::string()))
+        .join(&t, |a, b| format!("{a}{b}"));
+    let d = b.build().unwrap().describe().to_string();
+    assert!(
+        d.contains(
+            "Processor: KTABLE-SOURCE-0000000002 (stores: [input-topic-STATE-STORE-0000000000])"
+        ),
+        "{d}"
+    );
+    assert!(
+        d.contains(
+            "Processor: KSTREAM-JOIN-0000000004 (stores: [input-topic-STATE-STORE-0000000000])"
+        ),
+        "{d}"
+    );
+}
+
+/// Kafka's `TopologyTest.kTableAnonymousMaterializedFilterShouldPreserveTopologyStructure`
+/// and `kTableNamedMaterializedFilterShouldPreserveTopologyStructure`.
+#[test]
+fn materialized_table_filter_descriptions_match_kafka_topology_test() {
+    let head = "Topologies:\n   Sub-topology: 0\n    Source: KSTREAM-SOURCE-0000000001 (topics: [input-topic])\n      \
+                --> KTABLE-SOURCE-0000000002\n    Processor: KTABLE-SOURCE-0000000002 (stores: [])\n      --> ";
+    let b = StreamsBuilder::new();
+    let t = b.table(
+        "input-topic",
+        Consumed::with(Serdes::string(), Serdes::string()),
+        Materialized::default(),
+    );
+    t.filter_materialized(
+        |_k, _v| false,
+        Materialized::with(Serdes::string(), Serdes::string()),
+    );
+    assert_eq!(
+        b.build().unwrap().describe().to_string(),
+        format!(
+            "{head}KTABLE-FILTER-0000000004\n      <-- KSTREAM-SOURCE-0000000001\n    \
+             Processor: KTABLE-FILTER-0000000004 (stores: [])\n      --> none\n      <-- KTABLE-SOURCE-0000000002\n\n"
+        )
+    );
+    let b = StreamsBuilder::new();
+    let t = b.table(
+        "input-topic",
+        Consumed::with(Serdes::string(), Serdes::string()),
+        Materialized::default(),
+    );
+    t.filter_materialized(|_k, _v| false, Materialized::as_("store-name"));
+    assert_eq!(
+        b.build().unwrap().describe().to_string(),
+        format!(
+            "{head}KTABLE-FILTER-0000000003\n      <-- KSTREAM-SOURCE-0000000001\n    \
+             Processor: KTABLE-FILTER-0000000003 (stores: [store-name])\n      --> none\n      <-- KTABLE-SOURCE-0000000002\n\n"
+        )
+    );
+}

@@ -5,10 +5,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::change_serde::ChangeSerde;
 use super::config::Materialized;
 use super::kstream::add_repartition;
 use super::ktable::{
-    add_store, forward_change, register_flush_listener, store_getter, Change, ChangeSerde, KTable,
+    add_store, forward_change, register_flush_listener, store_getter, Change, KTable,
 };
 use super::processors::{supplier, KvAccess, ProcessFn};
 use super::{Shared, Sources};
@@ -25,6 +26,8 @@ pub struct KGroupedStream<K, V> {
     pub(crate) repartition_required: bool,
     pub(crate) repartition_name: Option<String>,
     pub(crate) sources: Sources,
+    /// The repartition source made for a named grouping, for reuse.
+    pub(crate) repartition_source: std::rc::Rc<std::cell::RefCell<Option<String>>>,
 }
 
 impl<K, V> std::fmt::Debug for KGroupedStream<K, V> {
@@ -52,6 +55,12 @@ impl<K, V> std::fmt::Debug for KGroupedTable<K, V> {
     }
 }
 
+/// The timestamp of an updated aggregate (Kafka: the larger of the
+/// record's and the old aggregate's).
+fn agg_ts<V>(record_ts: i64, old: &Option<(V, i64)>) -> i64 {
+    old.as_ref().map_or(record_ts, |(_, t)| record_ts.max(*t))
+}
+
 type Make<K, V, VA> = Box<dyn FnOnce(KvAccess<K, VA>, Arc<AtomicBool>) -> ProcessFn<K, V>>;
 
 fn bad_table<K: Data, VA: Data>(b: &Shared, node: &str, msg: String) -> KTable<K, VA> {
@@ -69,6 +78,7 @@ fn bad_table<K: Data, VA: Data>(b: &Shared, node: &str, msg: String) -> KTable<K
         old_flags: Vec::new(),
         next_name: None,
         store: None,
+        materializers: Vec::new(),
     }
 }
 
@@ -115,6 +125,7 @@ fn finish<K: Data, VIn: Data, VA: Data>(
         old_flags: vec![flag],
         next_name: None,
         store: Some(store),
+        materializers: Vec::new(),
     }
 }
 
@@ -150,20 +161,33 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
                 .repartition_name
                 .clone()
                 .unwrap_or_else(|| store.clone());
-            let Some(src) = add_repartition(
-                &self.b,
-                &self.node,
-                &prefix_name,
-                Some(ks.clone()),
-                self.value_serde.clone(),
-                true,
-                None,
-            ) else {
-                return bad_table(
-                    &self.b,
-                    &self.node,
-                    format!("{proc_name}: repartition failed"),
-                );
+            // Kafka reuses the repartition topic of a grouping the user
+            // named for every aggregation of that grouping.
+            let reused = self
+                .repartition_name
+                .as_ref()
+                .and_then(|_| self.repartition_source.borrow().clone());
+            let src = match reused {
+                Some(src) => src,
+                None => {
+                    let Some(src) = add_repartition(
+                        &self.b,
+                        &self.node,
+                        &prefix_name,
+                        Some(ks.clone()),
+                        self.value_serde.clone(),
+                        true,
+                        None,
+                    ) else {
+                        return bad_table(
+                            &self.b,
+                            &self.node,
+                            format!("{proc_name}: repartition failed"),
+                        );
+                    };
+                    *self.repartition_source.borrow_mut() = Some(src.clone());
+                    src
+                }
             };
             (src.clone(), [src].into())
         } else {
@@ -197,20 +221,19 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
             vs,
             Box::new(move |acc, flag| {
                 Arc::new(move |ctx: &mut ProcessorContext<'_>, r: Record<K, V>| {
+                    if acc.key_is_null(&r.key)? {
+                        return Ok(()); // Kafka skips records with a null key
+                    }
                     let old = acc.get(ctx, &r.key)?;
+                    let ts = agg_ts(r.timestamp, &old);
+                    let old = old.map(|(v, _)| v);
                     let new = match &old {
                         None => r.value.clone(),
                         Some(o) => reducer(o, &r.value),
                     };
-                    acc.put(ctx, &r.key, Some(&new))?;
-                    forward_change(
-                        ctx,
-                        &acc.store,
-                        r.key,
-                        Some(new),
-                        old,
-                        flag.load(Ordering::Relaxed),
-                    )
+                    acc.put(ctx, &r.key, Some(&new), ts)?;
+                    let send_old = flag.load(Ordering::Relaxed);
+                    forward_change(ctx, &acc.store, r.key, Some(new), old, send_old, ts)
                 })
             }),
         )
@@ -230,18 +253,17 @@ impl<K: Data, V: Data> KGroupedStream<K, V> {
             None,
             Box::new(move |acc, flag| {
                 Arc::new(move |ctx: &mut ProcessorContext<'_>, r: Record<K, V>| {
+                    if acc.key_is_null(&r.key)? {
+                        return Ok(()); // Kafka skips records with a null key
+                    }
                     let old = acc.get(ctx, &r.key)?;
+                    let ts = agg_ts(r.timestamp, &old);
+                    let old = old.map(|(v, _)| v);
                     let base = old.clone().unwrap_or_else(&initializer);
                     let new = aggregator(&r.key, &r.value, base);
-                    acc.put(ctx, &r.key, Some(&new))?;
-                    forward_change(
-                        ctx,
-                        &acc.store,
-                        r.key,
-                        Some(new),
-                        old,
-                        flag.load(Ordering::Relaxed),
-                    )
+                    acc.put(ctx, &r.key, Some(&new), ts)?;
+                    let send_old = flag.load(Ordering::Relaxed);
+                    forward_change(ctx, &acc.store, r.key, Some(new), old, send_old, ts)
                 })
             }),
         )
@@ -368,7 +390,12 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
             Box::new(move |acc, flag| {
                 Arc::new(
                     move |ctx: &mut ProcessorContext<'_>, r: Record<K, Change<V>>| {
+                        if acc.key_is_null(&r.key)? {
+                            return Ok(()); // Kafka skips records with a null key
+                        }
                         let old_agg = acc.get(ctx, &r.key)?;
+                        let ts = agg_ts(r.timestamp, &old_agg);
+                        let old_agg = old_agg.map(|(v, _)| v);
                         let intermediate = match (&r.value.old_value, &old_agg) {
                             (Some(o), Some(a)) => Some(subtractor(a, o)),
                             _ => old_agg.clone(),
@@ -378,15 +405,9 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
                             (Some(n), Some(i)) => Some(adder(&i, n)),
                             (None, i) => i,
                         };
-                        acc.put(ctx, &r.key, new_agg.as_ref())?;
-                        forward_change(
-                            ctx,
-                            &acc.store,
-                            r.key,
-                            new_agg,
-                            old_agg,
-                            flag.load(Ordering::Relaxed),
-                        )
+                        acc.put(ctx, &r.key, new_agg.as_ref(), ts)?;
+                        let send_old = flag.load(Ordering::Relaxed);
+                        forward_change(ctx, &acc.store, r.key, new_agg, old_agg, send_old, ts)
                     },
                 )
             }),
@@ -409,7 +430,12 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
             Box::new(move |acc, flag| {
                 Arc::new(
                     move |ctx: &mut ProcessorContext<'_>, r: Record<K, Change<V>>| {
+                        if acc.key_is_null(&r.key)? {
+                            return Ok(()); // Kafka skips records with a null key
+                        }
                         let old_agg = acc.get(ctx, &r.key)?;
+                        let ts = agg_ts(r.timestamp, &old_agg);
+                        let old_agg = old_agg.map(|(v, _)| v);
                         let mut agg = old_agg.clone().unwrap_or_else(&initializer);
                         if let Some(o) = &r.value.old_value {
                             agg = subtractor(&r.key, o, agg);
@@ -417,15 +443,9 @@ impl<K: Data, V: Data> KGroupedTable<K, V> {
                         if let Some(n) = &r.value.new_value {
                             agg = adder(&r.key, n, agg);
                         }
-                        acc.put(ctx, &r.key, Some(&agg))?;
-                        forward_change(
-                            ctx,
-                            &acc.store,
-                            r.key,
-                            Some(agg),
-                            old_agg,
-                            flag.load(Ordering::Relaxed),
-                        )
+                        acc.put(ctx, &r.key, Some(&agg), ts)?;
+                        let send_old = flag.load(Ordering::Relaxed);
+                        forward_change(ctx, &acc.store, r.key, Some(agg), old_agg, send_old, ts)
                     },
                 )
             }),

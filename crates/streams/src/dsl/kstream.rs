@@ -499,7 +499,7 @@ impl<K: Data, V: Data> KStream<K, V> {
         let mut out = Vec::new();
         for p in preds {
             let p: Pred<K, V> = Arc::from(p);
-            out.push(bs.add_branch(p, None));
+            out.push(bs.add_branch(p, None, false));
         }
         out
     }
@@ -519,6 +519,7 @@ impl<K: Data, V: Data> KStream<K, V> {
             repartition_required: self.repartition_required,
             repartition_name: grouped.name,
             sources: self.sources.clone(),
+            repartition_source: Default::default(),
         }
     }
 
@@ -539,6 +540,7 @@ impl<K: Data, V: Data> KStream<K, V> {
             repartition_required: true,
             repartition_name: grouped.name,
             sources: self.sources.clone(),
+            repartition_source: Default::default(),
         }
     }
 
@@ -573,16 +575,20 @@ impl<K: Data, V: Data> KStream<K, V> {
         table: &KTable<K, VT>,
         prefix: &str,
         left: bool,
-        joiner: Arc<dyn Fn(&V, Option<&VT>) -> VR + Send + Sync>,
+        joiner: LeftJoiner<V, VT, VR>,
     ) -> KStream<K, VR> {
-        let this = self.for_join();
+        let mut this = self.clone();
+        if this.key_serde.is_none() {
+            this.key_serde = table.key_serde.clone();
+        }
+        let this = this.for_join();
         let name = this.name_for(prefix);
-        let getter: ValueGetter<K, VT> = table.getter.clone();
+        let getter: ValueGetter<K, VT> = table.value_getter();
         let get = getter.get.clone();
         let s = supplier::<K, V>(
             None,
             Arc::new(move |ctx: &mut ProcessorContext<'_>, r: Record<K, V>| {
-                let other = get(ctx, &r.key)?;
+                let other = get(ctx, &r.key)?.map(|(v, _)| v);
                 if other.is_none() && !left {
                     return Ok(());
                 }
@@ -635,8 +641,8 @@ impl<K: Data, V: Data> KStream<K, V> {
         table: &GlobalKTable<GK, VG>,
         prefix: &str,
         left: bool,
-        key_selector: Arc<dyn Fn(&K, &V) -> GK + Send + Sync>,
-        joiner: Arc<dyn Fn(&V, Option<&VG>) -> VR + Send + Sync>,
+        key_selector: KeySelector<K, V, GK>,
+        joiner: LeftJoiner<V, VG, VR>,
     ) -> KStream<K, VR> {
         let name = self.name_for(prefix);
         let get = table.getter.get.clone();
@@ -644,7 +650,7 @@ impl<K: Data, V: Data> KStream<K, V> {
             None,
             Arc::new(move |ctx: &mut ProcessorContext<'_>, r: Record<K, V>| {
                 let gk = key_selector(&r.key, &r.value);
-                let other = get(ctx, &gk)?;
+                let other = get(ctx, &gk)?.map(|(v, _)| v);
                 if other.is_none() && !left {
                     return Ok(());
                 }
@@ -701,6 +707,8 @@ impl<K: Data, V: Data> KStream<K, V> {
     }
 }
 
+type LeftJoiner<V, VT, VR> = Arc<dyn Fn(&V, Option<&VT>) -> VR + Send + Sync>;
+type KeySelector<K, V, KR> = Arc<dyn Fn(&K, &V) -> KR + Send + Sync>;
 type Pred<K, V> = Arc<dyn Fn(&K, &V) -> bool + Send + Sync>;
 type Branches<K, V> = Arc<RwLock<Vec<(Pred<K, V>, String)>>>;
 
@@ -755,18 +763,31 @@ impl<K: Data, V: Data> BranchedKStream<K, V> {
         }
     }
 
-    fn add_branch(&mut self, pred: Pred<K, V>, branched: Option<String>) -> KStream<K, V> {
-        let index = self.branches.read().map(|g| g.len()).unwrap_or(0) + 1;
+    /// Adds a branch; `default` is the default branch (Kafka's index 0).
+    fn add_branch(
+        &mut self,
+        pred: Pred<K, V>,
+        branched: Option<String>,
+        default: bool,
+    ) -> KStream<K, V> {
+        let index = if default {
+            0
+        } else {
+            self.branches.read().map(|g| g.len()).unwrap_or(0) + 1
+        };
         let child = if self.legacy {
             self.parent
                 .b
                 .borrow_mut()
                 .new_processor_name("KSTREAM-BRANCHCHILD-")
         } else {
-            match branched {
+            let child = match branched {
                 Some(n) => format!("{}{n}", self.name),
                 None => format!("{}{index}", self.name),
-            }
+            };
+            // Kafka burns an index per branch.
+            self.parent.b.borrow_mut().new_processor_name(&child);
+            child
         };
         if let Ok(mut g) = self.branches.write() {
             g.push((pred, child.clone()));
@@ -799,14 +820,14 @@ impl<K: Data, V: Data> BranchedKStream<K, V> {
         pred: impl Fn(&K, &V) -> bool + Send + Sync + 'static,
         branched: Branched,
     ) -> Self {
-        self.add_branch(Arc::new(pred), branched.0);
+        self.add_branch(Arc::new(pred), branched.0, false);
         self
     }
 
     /// Adds a branch for all remaining records and returns the branches
     /// by name.
     pub fn default_branch(mut self, branched: Branched) -> BTreeMap<String, KStream<K, V>> {
-        self.add_branch(Arc::new(|_, _| true), branched.0);
+        self.add_branch(Arc::new(|_, _| true), branched.0, true);
         self.result
     }
 

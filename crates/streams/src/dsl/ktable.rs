@@ -1,7 +1,9 @@
 //! `KTable` (Kafka's `KTableImpl`): a changelog stream of [`Change`]s
 //! with per-key current values, filter / map_values / to_stream,
-//! re-grouping, and table–table joins; and `GlobalKTable`.
+//! re-grouping; and `GlobalKTable` (table–table joins are in `table_join`).
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use super::processors::{supplier, KvAccess};
 use super::{Shared, Sources, ValueGetter};
 use crate::error::{Result, StreamsError};
 use crate::processor::{Data, ProcessorContext, Record};
-use crate::serde::{Serde, SerdeRef, Serdes};
+use crate::serde::{SerdeRef, Serdes};
 use crate::topology::{raw_deserializer, StoreBuilder, StoreType};
 
 /// A table update (Kafka's `Change`): the key's new value and, where a
@@ -39,6 +41,9 @@ pub struct KTable<K, V> {
     pub(crate) next_name: Option<String>,
     /// The store, if this table is materialized.
     pub(crate) store: Option<String>,
+    /// Materialize the upstream table sources this table's values come
+    /// from (Kafka materializes a source table only when needed).
+    pub(crate) materializers: Vec<Rc<dyn Fn()>>,
 }
 
 impl<K, V> std::fmt::Debug for KTable<K, V> {
@@ -62,6 +67,7 @@ impl<K, V> Clone for KTable<K, V> {
             old_flags: self.old_flags.clone(),
             next_name: self.next_name.clone(),
             store: self.store.clone(),
+            materializers: self.materializers.clone(),
         }
     }
 }
@@ -99,7 +105,8 @@ pub(crate) fn add_store<K: Data, V: Data>(
     let mut sb = match m.store_type {
         StoreType::InMemory => StoreBuilder::in_memory(name),
         StoreType::Default => StoreBuilder::default_type(name),
-    };
+    }
+    .with_timestamps();
     if !m.logging {
         sb = sb.with_logging_disabled();
     }
@@ -129,11 +136,11 @@ pub(crate) fn forward_change<K: Data, V: Data>(
     new_value: Option<V>,
     old_value: Option<V>,
     send_old: bool,
+    ts: i64,
 ) -> Result<()> {
     if ctx.store_is_cached(store) {
         return Ok(());
     }
-    let ts = ctx.timestamp();
     ctx.forward(Record::new(
         key,
         Change {
@@ -162,11 +169,9 @@ pub(crate) fn register_flush_listener<K: Data, V: Data>(
             let new_value = e
                 .value
                 .as_ref()
-                .map(|v| acc.value_serde.deserialize(&acc.store, v))
+                .map(|v| acc.decode(v).map(|(v, _)| v))
                 .transpose()?;
-            let old_value = old
-                .map(|v| acc.value_serde.deserialize(&acc.store, &v))
-                .transpose()?;
+            let old_value = old.map(|v| acc.decode(&v).map(|(v, _)| v)).transpose()?;
             if new_value.is_none() && old_value.is_none() {
                 return Ok(());
             }
@@ -199,16 +204,26 @@ fn table_source_supplier<K: Data, V: Data, VIn: Data>(
         })),
         Arc::new(move |ctx, r| {
             let new_value = to_opt(r.value);
-            let old = acc.get(ctx, &r.key)?;
-            acc.put(ctx, &r.key, new_value.as_ref())?;
-            forward_change(
-                ctx,
-                &acc.store,
-                r.key,
-                new_value,
-                old,
-                send_old.load(Ordering::Relaxed),
-            )
+            if acc.key_is_null(&r.key)? {
+                return Ok(()); // Kafka's KTableSource skips null keys
+            }
+            if !ctx.has_store(&acc.store) {
+                // Not materialized: forward the update without an old value.
+                let ts = ctx.timestamp();
+                return ctx.forward(Record::new(
+                    r.key,
+                    Change {
+                        new_value,
+                        old_value: None,
+                    },
+                    ts,
+                ));
+            }
+            let ts = ctx.timestamp();
+            let old = acc.get(ctx, &r.key)?.map(|(v, _)| v);
+            acc.put(ctx, &r.key, new_value.as_ref(), ts)?;
+            let send = send_old.load(Ordering::Relaxed);
+            forward_change(ctx, &acc.store, r.key, new_value, old, send, ts)
         }),
     )
 }
@@ -284,7 +299,24 @@ pub(crate) fn source<K: Data, V: Data>(
         let r = inner.topology.add_raw_processor(&proc_name, s, &[&src]);
         inner.check(r);
     }
-    add_store(b, &store, &m, &proc_name);
+    let done = Rc::new(Cell::new(false));
+    let (b2, store2, proc2) = (b.clone(), store.clone(), proc_name.clone());
+    let m2 = Materialized::<K, V> {
+        name: m.name.clone(),
+        key_serde: None,
+        value_serde: None,
+        caching: m.caching,
+        logging: m.logging,
+        store_type: m.store_type,
+    };
+    let materialize: Rc<dyn Fn()> = Rc::new(move || {
+        if !done.replace(true) {
+            add_store(&b2, &store2, &m2, &proc2);
+        }
+    });
+    if m.name.is_some() {
+        materialize();
+    }
     KTable {
         b: b.clone(),
         node: proc_name,
@@ -294,7 +326,8 @@ pub(crate) fn source<K: Data, V: Data>(
         getter: store_getter(acc),
         old_flags: vec![flag],
         next_name: None,
-        store: Some(store),
+        store: m.name.clone(),
+        materializers: vec![materialize],
     }
 }
 
@@ -331,7 +364,8 @@ pub(crate) fn global_source<K: Data, V: Data>(
     let sb = match m.store_type {
         StoreType::InMemory => StoreBuilder::in_memory(&store),
         StoreType::Default => StoreBuilder::default_type(&store),
-    };
+    }
+    .with_timestamps();
     let de = raw_deserializer(
         consumed.key_serde.clone(),
         Serdes::nullable(consumed.value_serde.clone()),
@@ -388,6 +422,7 @@ pub(crate) fn from_stream<K: Data, V: Data>(
         old_flags: vec![flag],
         next_name: None,
         store: Some(store),
+        materializers: Vec::new(),
     }
 }
 
@@ -406,28 +441,12 @@ fn dead_table<K: Data, V: Data, X>(s: &KStream<K, X>) -> KTable<K, V> {
         old_flags: Vec::new(),
         next_name: None,
         store: None,
+        materializers: Vec::new(),
     }
 }
 
-/// Which table–table join.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum JoinKind {
-    Inner,
-    Left,
-    Outer,
-}
-
-impl JoinKind {
-    fn present<A, B>(self, l: &Option<A>, r: &Option<B>) -> bool {
-        match self {
-            JoinKind::Inner => l.is_some() && r.is_some(),
-            JoinKind::Left => l.is_some(),
-            JoinKind::Outer => l.is_some() || r.is_some(),
-        }
-    }
-}
-
-type Joiner<V1, V2, R> = Arc<dyn Fn(Option<&V1>, Option<&V2>) -> R + Send + Sync>;
+/// Computes a derived table's value (`None`: no value).
+type Compute<K, V, V2> = Arc<dyn Fn(&K, &V) -> Option<V2> + Send + Sync>;
 
 impl<K: Data, V: Data> KTable<K, V> {
     /// Names the next operation.
@@ -453,6 +472,17 @@ impl<K: Data, V: Data> KTable<K, V> {
         for f in &self.old_flags {
             f.store(true, Ordering::Relaxed);
         }
+        for m in &self.materializers {
+            m();
+        }
+    }
+
+    /// The getter of current values, materializing upstream sources.
+    pub(crate) fn value_getter(&self) -> ValueGetter<K, V> {
+        for m in &self.materializers {
+            m();
+        }
+        self.getter.clone()
     }
 
     fn derived<V2: Data>(
@@ -479,6 +509,7 @@ impl<K: Data, V: Data> KTable<K, V> {
             old_flags,
             next_name: None,
             store: None,
+            materializers: self.materializers.clone(),
         }
     }
 
@@ -512,9 +543,108 @@ impl<K: Data, V: Data> KTable<K, V> {
         let pg = self.getter.get.clone();
         let getter = ValueGetter {
             stores: self.getter.stores.clone(),
-            get: Arc::new(move |ctx, k| Ok(pg(ctx, k)?.filter(|v| pred(k, v)))),
+            get: Arc::new(move |ctx, k| Ok(pg(ctx, k)?.filter(|(v, _)| pred(k, v)))),
         };
         self.derived(name, s, self.value_serde.clone(), getter, flag)
+    }
+
+    /// A filter or value mapper whose result is materialized in a named
+    /// store (Kafka's `filter`/`mapValues` with `Materialized.as`): writes
+    /// each result to the store, forwards through the cache, and serves
+    /// joins from the store. An unnamed `Materialized` only burns a store
+    /// index, as Kafka does not materialize non-queryable stores.
+    fn derive_materialized<V2: Data>(
+        &self,
+        prefix: &str,
+        m: Materialized<K, V2>,
+        default_value_serde: Option<SerdeRef<V2>>,
+        compute: Compute<K, V, V2>,
+    ) -> Option<KTable<K, V2>> {
+        let store = match &m.name {
+            Some(n) => n.clone(),
+            None => {
+                self.b.borrow_mut().new_store_name(prefix);
+                return None;
+            }
+        };
+        let name = self.name_for(prefix);
+        let (Some(ks), Some(vs)) = (
+            m.key_serde.clone().or_else(|| self.key_serde.clone()),
+            m.value_serde.clone().or(default_value_serde),
+        ) else {
+            self.b
+                .borrow_mut()
+                .check::<()>(Err(StreamsError::Topology(format!(
+                "{name} materializes {store}: it needs key and value serdes (Materialized::with)"
+            ))));
+            return None;
+        };
+        let acc = KvAccess {
+            store: store.clone(),
+            key_serde: ks.clone(),
+            value_serde: vs.clone(),
+        };
+        let flag = Arc::new(AtomicBool::new(false));
+        let (acc2, flag2) = (acc.clone(), flag.clone());
+        let (acc3, flag3) = (acc.clone(), flag.clone());
+        let s = supplier::<K, Change<V>>(
+            Some(Arc::new(move |ctx| {
+                register_flush_listener(ctx, acc2.clone(), flag2.clone())
+            })),
+            Arc::new(move |ctx, r| {
+                let send_old = flag3.load(Ordering::Relaxed);
+                let new_value = r.value.new_value.as_ref().and_then(|v| compute(&r.key, v));
+                let old_value = if send_old {
+                    acc3.get(ctx, &r.key)?.map(|(v, _)| v)
+                } else {
+                    None
+                };
+                if send_old && new_value.is_none() && old_value.is_none() {
+                    return Ok(());
+                }
+                let ts = r.timestamp;
+                acc3.put(ctx, &r.key, new_value.as_ref(), ts)?;
+                forward_change(ctx, &acc3.store, r.key, new_value, old_value, send_old, ts)
+            }),
+        );
+        let mut t = self.derived(name.clone(), s, Some(vs), store_getter(acc), flag);
+        add_store(&self.b, &store, &m, &name);
+        t.store = Some(store);
+        // The store serves joins: upstream sources need not materialize.
+        t.materializers = Vec::new();
+        t.old_flags.truncate(1);
+        Some(t)
+    }
+
+    /// [`KTable::filter`] materialized per `materialized`.
+    pub fn filter_materialized(
+        &self,
+        pred: impl Fn(&K, &V) -> bool + Send + Sync + 'static,
+        materialized: Materialized<K, V>,
+    ) -> KTable<K, V> {
+        let pred = Arc::new(pred);
+        let p2 = pred.clone();
+        let vs = self.value_serde.clone();
+        let compute = Arc::new(move |k: &K, v: &V| p2(k, v).then(|| v.clone()));
+        match self.derive_materialized("KTABLE-FILTER-", materialized, vs, compute) {
+            Some(t) => t,
+            None => self.filter(move |k, v| pred(k, v)),
+        }
+    }
+
+    /// [`KTable::map_values`] materialized per `materialized`.
+    pub fn map_values_materialized<V2: Data>(
+        &self,
+        f: impl Fn(&V) -> V2 + Send + Sync + 'static,
+        materialized: Materialized<K, V2>,
+    ) -> KTable<K, V2> {
+        let f = Arc::new(f);
+        let f2 = f.clone();
+        let compute = Arc::new(move |_k: &K, v: &V| Some(f2(v)));
+        match self.derive_materialized("KTABLE-MAPVALUES-", materialized, None, compute) {
+            Some(t) => t,
+            None => self.map_values(move |v| f(v)),
+        }
     }
 
     /// Drops entries satisfying `pred` (`KTABLE-FILTER-`).
@@ -553,7 +683,7 @@ impl<K: Data, V: Data> KTable<K, V> {
         let pg = self.getter.get.clone();
         let getter = ValueGetter {
             stores: self.getter.stores.clone(),
-            get: Arc::new(move |ctx, k| Ok(pg(ctx, k)?.map(|v| f(&v)))),
+            get: Arc::new(move |ctx, k| Ok(pg(ctx, k)?.map(|(v, t)| (f(&v), t)))),
         };
         self.derived(name, s, None, getter, flag)
     }
@@ -637,222 +767,5 @@ impl<K: Data, V: Data> KTable<K, V> {
             value_serde: grouped.value_serde,
             repartition_name: grouped.name,
         }
-    }
-
-    fn table_join<V2: Data, R: Data>(
-        &self,
-        other: &KTable<K, V2>,
-        kind: JoinKind,
-        joiner: Joiner<V, V2, R>,
-    ) -> KTable<K, R> {
-        let (this_name, other_name, merge_name) = {
-            let mut inner = self.b.borrow_mut();
-            (
-                inner.new_processor_name("KTABLE-JOINTHIS-"),
-                inner.new_processor_name("KTABLE-JOINOTHER-"),
-                match &self.next_name {
-                    Some(n) => n.clone(),
-                    None => inner.new_processor_name("KTABLE-MERGE-"),
-                },
-            )
-        };
-        self.enable_send_old();
-        other.enable_send_old();
-        let flag = Arc::new(AtomicBool::new(false));
-        // This side: changes of `self` joined with `other`'s value.
-        let (og, j1, f1) = (other.getter.get.clone(), joiner.clone(), flag.clone());
-        let this_s = supplier::<K, Change<V>>(
-            None,
-            Arc::new(move |ctx, r| {
-                let o = og(ctx, &r.key)?;
-                if kind == JoinKind::Inner && o.is_none() {
-                    return Ok(());
-                }
-                let res = |v: &Option<V>| kind.present(v, &o).then(|| j1(v.as_ref(), o.as_ref()));
-                let new_value = res(&r.value.new_value);
-                let old_value = if f1.load(Ordering::Relaxed) {
-                    res(&r.value.old_value)
-                } else {
-                    None
-                };
-                ctx.forward(r.with_value(Change {
-                    new_value,
-                    old_value,
-                }))
-            }),
-        );
-        // Other side: changes of `other` joined with `self`'s value.
-        let (tg, j2, f2) = (self.getter.get.clone(), joiner.clone(), flag.clone());
-        let other_s = supplier::<K, Change<V2>>(
-            None,
-            Arc::new(move |ctx, r| {
-                let t = tg(ctx, &r.key)?;
-                if matches!(kind, JoinKind::Inner | JoinKind::Left) && t.is_none() {
-                    return Ok(());
-                }
-                let res = |v: &Option<V2>| kind.present(&t, v).then(|| j2(t.as_ref(), v.as_ref()));
-                let new_value = res(&r.value.new_value);
-                let old_value = if f2.load(Ordering::Relaxed) {
-                    res(&r.value.old_value)
-                } else {
-                    None
-                };
-                ctx.forward(r.with_value(Change {
-                    new_value,
-                    old_value,
-                }))
-            }),
-        );
-        {
-            let mut inner = self.b.borrow_mut();
-            let r = inner
-                .topology
-                .add_raw_processor(&this_name, this_s, &[&self.node]);
-            inner.check(r);
-            let r = inner
-                .topology
-                .add_raw_processor(&other_name, other_s, &[&other.node]);
-            inner.check(r);
-            let r = inner.topology.add_raw_processor(
-                &merge_name,
-                crate::topology::pass_through(),
-                &[&this_name, &other_name],
-            );
-            inner.check(r);
-            let os: Vec<&str> = other.getter.stores.iter().map(|s| s.as_str()).collect();
-            let r = inner
-                .topology
-                .connect_processor_and_state_stores(&this_name, &os)
-                .map(|_| ());
-            inner.check(r);
-            let ts: Vec<&str> = self.getter.stores.iter().map(|s| s.as_str()).collect();
-            let r = inner
-                .topology
-                .connect_processor_and_state_stores(&other_name, &ts)
-                .map(|_| ());
-            inner.check(r);
-            inner
-                .topology
-                .copartition(self.sources.union(&other.sources).cloned().collect());
-        }
-        let (tg, og) = (self.getter.get.clone(), other.getter.get.clone());
-        let getter = ValueGetter {
-            stores: self
-                .getter
-                .stores
-                .iter()
-                .chain(&other.getter.stores)
-                .cloned()
-                .collect(),
-            get: Arc::new(move |ctx, k| {
-                let t = tg(ctx, k)?;
-                let o = og(ctx, k)?;
-                Ok(kind.present(&t, &o).then(|| joiner(t.as_ref(), o.as_ref())))
-            }),
-        };
-        let mut old_flags = vec![flag];
-        old_flags.extend(self.old_flags.iter().cloned());
-        old_flags.extend(other.old_flags.iter().cloned());
-        KTable {
-            b: self.b.clone(),
-            node: merge_name,
-            key_serde: self.key_serde.clone(),
-            value_serde: None,
-            sources: self.sources.union(&other.sources).cloned().collect(),
-            getter,
-            old_flags,
-            next_name: None,
-            store: None,
-        }
-    }
-
-    /// Inner table–table join (`KTABLE-JOINTHIS-`, `KTABLE-JOINOTHER-`,
-    /// `KTABLE-MERGE-`).
-    pub fn join<V2: Data, R: Data>(
-        &self,
-        other: &KTable<K, V2>,
-        joiner: impl Fn(&V, &V2) -> R + Send + Sync + 'static,
-    ) -> KTable<K, R> {
-        self.table_join(
-            other,
-            JoinKind::Inner,
-            Arc::new(move |a, b| {
-                joiner(a.expect("inner join: left"), b.expect("inner join: right"))
-            }),
-        )
-    }
-
-    /// Left table–table join: every key of this table, with `None` when the
-    /// other has no value.
-    pub fn left_join<V2: Data, R: Data>(
-        &self,
-        other: &KTable<K, V2>,
-        joiner: impl Fn(&V, Option<&V2>) -> R + Send + Sync + 'static,
-    ) -> KTable<K, R> {
-        self.table_join(
-            other,
-            JoinKind::Left,
-            Arc::new(move |a, b| joiner(a.expect("left join: left"), b)),
-        )
-    }
-
-    /// Outer table–table join: every key of either table.
-    pub fn outer_join<V2: Data, R: Data>(
-        &self,
-        other: &KTable<K, V2>,
-        joiner: impl Fn(Option<&V>, Option<&V2>) -> R + Send + Sync + 'static,
-    ) -> KTable<K, R> {
-        self.table_join(other, JoinKind::Outer, Arc::new(joiner))
-    }
-}
-
-/// Serializes a [`Change`] for a repartition topic (Kafka's
-/// `ChangedSerializer`): new value length (`-1`: none) and bytes, then the
-/// old value's.
-pub(crate) struct ChangeSerde<V> {
-    pub inner: SerdeRef<V>,
-}
-
-impl<V: Data> Serde<Change<V>> for ChangeSerde<V> {
-    fn serialize(&self, topic: &str, data: &Change<V>) -> Result<bytes::Bytes> {
-        let mut out = Vec::new();
-        for v in [&data.new_value, &data.old_value] {
-            match v {
-                Some(v) => {
-                    let b = self.inner.serialize(topic, v)?;
-                    out.extend_from_slice(&(b.len() as i32).to_be_bytes());
-                    out.extend_from_slice(&b);
-                }
-                None => out.extend_from_slice(&(-1i32).to_be_bytes()),
-            }
-        }
-        Ok(out.into())
-    }
-    fn deserialize(&self, topic: &str, data: &[u8]) -> Result<Change<V>> {
-        let bad = || StreamsError::Serde(format!("topic {topic}: truncated change"));
-        let mut pos = 0usize;
-        let mut vals = [None, None];
-        for slot in &mut vals {
-            let len = i32::from_be_bytes(
-                data.get(pos..pos + 4)
-                    .ok_or_else(bad)?
-                    .try_into()
-                    .map_err(|_| bad())?,
-            );
-            pos += 4;
-            if len >= 0 {
-                let end = pos + len as usize;
-                *slot = Some(
-                    self.inner
-                        .deserialize(topic, data.get(pos..end).ok_or_else(bad)?)?,
-                );
-                pos = end;
-            }
-        }
-        let [new_value, old_value] = vals;
-        Ok(Change {
-            new_value,
-            old_value,
-        })
     }
 }

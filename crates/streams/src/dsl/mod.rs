@@ -18,11 +18,13 @@
 //! `KTable::to_stream` yields `Option<V>` values (tombstones are `None`);
 //! `builder.table` always materializes its store.
 
+mod change_serde;
 mod config;
 mod grouped;
 mod kstream;
 mod ktable;
 mod processors;
+mod table_join;
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -75,11 +77,15 @@ impl Inner {
     }
 }
 
+/// A value getter's function: the current value and its timestamp.
+pub(crate) type GetFn<K, V> =
+    Arc<dyn Fn(&mut ProcessorContext<'_>, &K) -> Result<Option<(V, i64)>> + Send + Sync>;
+
 /// Reads a table's current value for a key (Kafka's `KTableValueGetter`),
 /// with the stores it reads.
 pub(crate) struct ValueGetter<K, V> {
     pub stores: Vec<String>,
-    pub get: Arc<dyn Fn(&mut ProcessorContext<'_>, &K) -> Result<Option<V>> + Send + Sync>,
+    pub get: GetFn<K, V>,
 }
 
 impl<K, V> Clone for ValueGetter<K, V> {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Result, StreamsError};
 use crate::processor::{
     Data, Processor, ProcessorContext, RawProcessor, RawSupplier, Record, TypedProcessor,
 };
@@ -65,25 +65,52 @@ impl<K, V> Clone for KvAccess<K, V> {
 }
 
 impl<K: Data, V: Data> KvAccess<K, V> {
-    pub(crate) fn get(&self, ctx: &mut ProcessorContext<'_>, key: &K) -> Result<Option<V>> {
-        let kb = self.key_serde.serialize(&self.store, key)?;
-        let v = ctx.store(&self.store)?.get(&kb)?;
-        v.map(|b| self.value_serde.deserialize(&self.store, &b))
-            .transpose()
+    /// Whether `key` serializes to null (a `None` of a nullable serde).
+    pub(crate) fn key_is_null(&self, key: &K) -> Result<bool> {
+        Ok(self
+            .key_serde
+            .serialize_nullable(&self.store, key)?
+            .is_none())
     }
 
-    /// Writes (`None` deletes) at the context's timestamp.
+    /// The value of `key` and its timestamp.
+    pub(crate) fn get(&self, ctx: &mut ProcessorContext<'_>, key: &K) -> Result<Option<(V, i64)>> {
+        let kb = self.key_serde.serialize(&self.store, key)?;
+        let v = ctx.store(&self.store)?.get(&kb)?;
+        v.map(|b| self.decode(&b)).transpose()
+    }
+
+    /// A stored value: 8 bytes of timestamp (big-endian), then the value
+    /// (Kafka's `ValueAndTimestamp` encoding).
+    pub(crate) fn decode(&self, b: &[u8]) -> Result<(V, i64)> {
+        let (ts, v) = b.split_first_chunk::<8>().ok_or_else(|| {
+            StreamsError::Serde(format!("store {}: value without a timestamp", self.store))
+        })?;
+        Ok((
+            self.value_serde.deserialize(&self.store, v)?,
+            i64::from_be_bytes(*ts),
+        ))
+    }
+
+    /// Writes (`None` deletes) with `timestamp`.
     pub(crate) fn put(
         &self,
         ctx: &mut ProcessorContext<'_>,
         key: &K,
         value: Option<&V>,
+        timestamp: i64,
     ) -> Result<()> {
         let kb = self.key_serde.serialize(&self.store, key)?;
-        let vb = value
-            .map(|v| self.value_serde.serialize(&self.store, v))
-            .transpose()?;
-        let ts = ctx.timestamp();
-        ctx.store(&self.store)?.write_at(kb, vb, ts)
+        let vb = match value {
+            Some(v) => {
+                let raw = self.value_serde.serialize(&self.store, v)?;
+                let mut b = Vec::with_capacity(8 + raw.len());
+                b.extend_from_slice(&timestamp.to_be_bytes());
+                b.extend_from_slice(&raw);
+                Some(bytes::Bytes::from(b))
+            }
+            None => None,
+        };
+        ctx.store(&self.store)?.write_at(kb, vb, timestamp)
     }
 }

@@ -225,6 +225,26 @@ impl<'a> ProcessorContext<'a> {
         }
     }
 
+    /// The store `name` seen through serdes (for processor-API stores;
+    /// DSL stores hold timestamped values).
+    pub fn typed_store<K: 'static, V: 'static>(
+        &mut self,
+        name: &str,
+        key_serde: crate::serde::SerdeRef<K>,
+        value_serde: crate::serde::SerdeRef<V>,
+    ) -> Result<super::TypedStore<'_, K, V>> {
+        Ok(super::TypedStore::new(
+            self.store(name)?,
+            key_serde,
+            value_serde,
+        ))
+    }
+
+    /// Whether store `name` is connected to this processor.
+    pub fn has_store(&self, name: &str) -> bool {
+        self.core.nodes[self.node].stores.iter().any(|s| s == name)
+    }
+
     /// Whether the store `name` has a record cache in front (its updates
     /// are forwarded when the cache flushes rather than at once).
     pub fn store_is_cached(&self, name: &str) -> bool {

@@ -14,6 +14,7 @@
 //! `Arc<Mutex<_>>`).
 
 mod context;
+mod typed_store;
 
 use std::any::Any;
 use std::marker::PhantomData;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use context::{Cancellable, ProcessorContext, PunctuationType, Punctuator, StoreHandle};
+pub use typed_store::TypedStore;
 
 use crate::error::{Result, StreamsError};
 

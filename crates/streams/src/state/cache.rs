@@ -178,6 +178,7 @@ impl RecordCache {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -222,7 +223,23 @@ mod tests {
         c.evict_clean();
         assert_eq!(c.len(), 2);
         assert_eq!(c.get(b"a"), None);
-        let o = c.overlay(vec![(b("a"), b("0")), (b("z"), b("9"))], None, Some(b"c"));
+        let o = c.overlay(vec![(b("a"), b("0")), (b("z"), b("9"))], None, None);
+        assert_eq!(
+            o,
+            vec![
+                (b("a"), b("0")),
+                (b("b"), b("1")),
+                (b("c"), b("1")),
+                (b("z"), b("9"))
+            ]
+        );
+        // Only cached entries inside the range are laid over.
+        let o = c.overlay(vec![(b("a"), b("0"))], None, Some(b"c"));
         assert_eq!(o, vec![(b("a"), b("0")), (b("b"), b("1"))]);
+        c.put(b("b"), None, 1);
+        assert_eq!(
+            c.overlay(vec![(b("b"), b("0"))], None, None),
+            vec![(b("c"), b("1"))]
+        );
     }
 }

@@ -69,6 +69,7 @@ impl KeyValueStore for InMemoryKeyValueStore {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

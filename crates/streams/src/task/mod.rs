@@ -89,6 +89,20 @@ pub struct TaskConfig {
     pub default_store: Option<StoreSupplier>,
     /// Global stores, shared with the global task, by name.
     pub global_stores: HashMap<String, SharedStore>,
+    /// `default.deserialization.exception.handler`.
+    pub deserialization_handler: DeserializationHandler,
+}
+
+/// What to do with a record whose key or value cannot be deserialized
+/// (Kafka's `default.deserialization.exception.handler`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DeserializationHandler {
+    /// Fail the task (Kafka's default, `LogAndFailExceptionHandler`).
+    #[default]
+    LogAndFail,
+    /// Log and skip the record (`LogAndContinueExceptionHandler`); its
+    /// offset still counts as consumed.
+    LogAndContinue,
 }
 
 impl std::fmt::Debug for TaskConfig {
@@ -97,6 +111,7 @@ impl std::fmt::Debug for TaskConfig {
             .field("application_id", &self.application_id)
             .field("max_task_idle_ms", &self.max_task_idle_ms)
             .field("cache_max_bytes", &self.cache_max_bytes)
+            .field("deserialization_handler", &self.deserialization_handler)
             .finish()
     }
 }
@@ -113,6 +128,7 @@ pub struct StreamTask {
     commit_needed: bool,
     max_task_idle_ms: i64,
     global: bool,
+    deserialization_handler: DeserializationHandler,
 }
 
 impl std::fmt::Debug for StreamTask {
@@ -127,26 +143,40 @@ impl StreamTask {
     /// configured) and a queue per source topic at partition
     /// `id.partition`; then initializes the processors. Stores can be
     /// restored (see [`StreamTask::restore`]) before the first record.
-    pub fn new(topology: &Topology, id: TaskId, config: &TaskConfig) -> Result<Self> {
+    pub fn new(topology: &Topology, id: TaskId, config: &TaskConfig, now: i64) -> Result<Self> {
         let groups = topology.node_groups();
         let group = groups
             .get(id.subtopology as usize)
             .ok_or_else(|| StreamsError::Topology(format!("no sub-topology {}", id.subtopology)))?;
         let global = topology.is_global_group(group);
-        Self::build(topology, id, group, config, global)
+        Self::build(topology, id, group, config, global, now)
     }
 
     /// Builds the task that keeps global stores up to date (Kafka's
-    /// `GlobalStateUpdateTask`) for node group `group_id`: it reads every
-    /// partition of the global topic and writes the shared stores given in
-    /// `config.global_stores`.
-    pub fn new_global(topology: &Topology, group_id: u32, config: &TaskConfig) -> Result<Self> {
+    /// `GlobalStateUpdateTask`) for node group `group_id`
+    /// ([`crate::topology::GlobalStoreInfo::group_id`]): it takes records of
+    /// every partition of the global topic (without waiting for the others)
+    /// and writes the shared stores given in `config.global_stores`, which
+    /// stream tasks read.
+    pub fn new_global(
+        topology: &Topology,
+        group_id: u32,
+        config: &TaskConfig,
+        now: i64,
+    ) -> Result<Self> {
         let groups = topology.node_groups();
         let group = groups
             .get(group_id as usize)
             .filter(|g| topology.is_global_group(g))
             .ok_or_else(|| StreamsError::Topology(format!("no global node group {group_id}")))?;
-        Self::build(topology, TaskId::new(group_id, -1), group, config, true)
+        Self::build(
+            topology,
+            TaskId::new(group_id, -1),
+            group,
+            config,
+            true,
+            now,
+        )
     }
 
     fn build(
@@ -155,6 +185,7 @@ impl StreamTask {
         group: &[usize],
         config: &TaskConfig,
         global: bool,
+        now: i64,
     ) -> Result<Self> {
         let app = &config.application_id;
         let children = topology.children();
@@ -199,6 +230,18 @@ impl StreamTask {
                 processor: Some(processor),
             });
         }
+        if !global {
+            // Global stores are readable from every task (Kafka's
+            // `getStateStore` falls back to global stores).
+            for d in &topology.stores {
+                if d.global_topic.is_some()
+                    && config.global_stores.contains_key(&d.builder.name)
+                    && !store_names.contains(&d.builder.name)
+                {
+                    store_names.push(d.builder.name.clone());
+                }
+            }
+        }
         let cached = store_names
             .iter()
             .filter(|s| topology.store_def(s).is_some_and(|d| d.builder.caching))
@@ -232,7 +275,14 @@ impl StreamTask {
             let writable = def.global_topic.is_none() || global;
             stores.insert(
                 s.clone(),
-                TaskStore::new(s.clone(), backend, cache, logger, writable),
+                TaskStore::new(
+                    s.clone(),
+                    backend,
+                    cache,
+                    logger,
+                    writable,
+                    def.builder.timestamped,
+                ),
             );
         }
         let mut core = TaskCore {
@@ -244,7 +294,7 @@ impl StreamTask {
             evicted: Vec::new(),
             punctuations: Vec::new(),
             stream_time: -1,
-            wall_clock: 0,
+            wall_clock: now,
             commit_requested: false,
             meta: RecordMeta {
                 partition: id.partition,
@@ -262,6 +312,7 @@ impl StreamTask {
             commit_needed: false,
             max_task_idle_ms: config.max_task_idle_ms,
             global,
+            deserialization_handler: config.deserialization_handler,
         })
     }
 
@@ -275,6 +326,23 @@ impl StreamTask {
         self.group.partitions().cloned().collect()
     }
 
+    /// Keeps only the input partitions in `keep` (Kafka creates a
+    /// sub-topology's tasks for the largest partition count among its
+    /// source topics; task `p` reads only the topics that have partition
+    /// `p`). Returns an error if `keep` names a partition the task lacks.
+    pub fn restrict_inputs(&mut self, keep: &[(String, i32)]) -> Result<()> {
+        for k in keep {
+            if !self.group.contains(&k.0, k.1) {
+                return Err(StreamsError::IllegalState(format!(
+                    "task {} does not read {}-{}",
+                    self.id, k.0, k.1
+                )));
+            }
+        }
+        self.group.retain(|p| keep.contains(p));
+        Ok(())
+    }
+
     /// The names of the task's stores.
     pub fn store_names(&self) -> Vec<String> {
         self.core.stores.keys().cloned().collect()
@@ -285,12 +353,14 @@ impl StreamTask {
         self.core.stores.get_mut(name)
     }
 
-    /// Applies changelog records to a store during restoration (no
-    /// changelog writes, no cache, no forwarding); `None` deletes.
+    /// Applies changelog records `(key, value, timestamp)` to a store
+    /// during restoration (no changelog writes, no cache, no forwarding);
+    /// `None` deletes. Timestamped stores get the record timestamp back as
+    /// their value prefix.
     pub fn restore(
         &mut self,
         store: &str,
-        records: impl IntoIterator<Item = (Bytes, Option<Bytes>)>,
+        records: impl IntoIterator<Item = (Bytes, Option<Bytes>, i64)>,
     ) -> Result<()> {
         let s = self
             .core
@@ -300,8 +370,8 @@ impl StreamTask {
                 store: store.to_string(),
                 message: "no such store in this task".into(),
             })?;
-        for (k, v) in records {
-            s.restore(k, v)?;
+        for (k, v, ts) in records {
+            s.restore(k, v, ts)?;
         }
         Ok(())
     }
@@ -315,8 +385,8 @@ impl StreamTask {
         partition: i32,
         records: impl IntoIterator<Item = ConsumedRecord>,
     ) -> Result<usize> {
-        if !self.group.contains(topic, partition)
-            && !(self.global && self.sources.contains_key(topic))
+        if !(self.group.contains(topic, partition)
+            || self.global && self.sources.contains_key(topic))
         {
             return Err(StreamsError::IllegalState(format!(
                 "task {} does not read {topic}-{partition}",
@@ -326,6 +396,11 @@ impl StreamTask {
         Ok(self.group.add(topic, partition, records))
     }
 
+    /// The lowest timestamp among the heads of the input queues.
+    pub fn head_timestamp(&self) -> Option<i64> {
+        self.group.head_timestamp()
+    }
+
     /// Records buffered for (topic, partition).
     pub fn buffered(&self, topic: &str, partition: i32) -> usize {
         self.group.buffered(topic, partition)
@@ -333,6 +408,10 @@ impl StreamTask {
 
     /// Whether a record can be processed at wall-clock `now`.
     pub fn is_processable(&mut self, now: i64) -> bool {
+        if self.global {
+            // The global task reads all partitions as they come.
+            return self.group.total_buffered() > 0;
+        }
         self.group.processable(now, self.max_task_idle_ms)
     }
 
@@ -359,7 +438,20 @@ impl StreamTask {
             .get(&topic)
             .cloned()
             .ok_or_else(|| StreamsError::IllegalState(format!("no source for {topic}")))?;
-        let (key, value) = de(&topic, rec.key.as_deref(), rec.value.as_deref())?;
+        let (key, value) = match de(&topic, rec.key.as_deref(), rec.value.as_deref()) {
+            Ok(kv) => kv,
+            Err(e) if self.deserialization_handler == DeserializationHandler::LogAndContinue => {
+                tracing::warn!(task = %self.id, %topic, partition, offset = rec.offset, error = %e,
+                    "skipping a record that cannot be deserialized");
+                return Ok(true);
+            }
+            Err(e) => {
+                return Err(StreamsError::Serde(format!(
+                    "task {} {topic}-{partition} offset {}: {e}",
+                    self.id, rec.offset
+                )))
+            }
+        };
         self.core.stream_time = self.core.stream_time.max(rec.timestamp);
         self.core.meta = RecordMeta {
             topic: Some(topic),

@@ -81,6 +81,14 @@ impl PartitionGroup {
         now - since >= max_task_idle_ms
     }
 
+    /// The lowest timestamp among the queues' head records.
+    pub fn head_timestamp(&self) -> Option<i64> {
+        self.queues
+            .values()
+            .filter_map(|q| q.front().map(|r| r.timestamp))
+            .min()
+    }
+
     /// Takes the head record with the lowest timestamp (ties: the first
     /// partition in (topic, partition) order).
     pub fn next_record(&mut self) -> Option<((String, i32), ConsumedRecord)> {
@@ -94,6 +102,11 @@ impl PartitionGroup {
         Some((key, r))
     }
 
+    /// Keeps only the partitions satisfying `f` (and their records).
+    pub fn retain(&mut self, mut f: impl FnMut(&(String, i32)) -> bool) {
+        self.queues.retain(|k, _| f(k));
+    }
+
     /// Drops every buffered record.
     pub fn clear(&mut self) {
         for q in self.queues.values_mut() {
@@ -103,6 +116,7 @@ impl PartitionGroup {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -37,6 +37,7 @@ pub struct TaskStore {
     cache: Option<RecordCache>,
     logger: Option<ChangeLogger>,
     writable: bool,
+    timestamped: bool,
     /// The node whose children receive cache flushes, and how.
     pub(crate) listener: Option<(usize, FlushListener)>,
 }
@@ -56,6 +57,7 @@ impl TaskStore {
         cache: Option<RecordCache>,
         logger: Option<ChangeLogger>,
         writable: bool,
+        timestamped: bool,
     ) -> Self {
         Self {
             name,
@@ -63,6 +65,7 @@ impl TaskStore {
             cache,
             logger,
             writable,
+            timestamped,
             listener: None,
         }
     }
@@ -70,6 +73,11 @@ impl TaskStore {
     /// The store's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether values carry an 8-byte timestamp prefix.
+    pub fn is_timestamped(&self) -> bool {
+        self.timestamped
     }
 
     pub(crate) fn is_global(&self) -> bool {
@@ -157,6 +165,10 @@ impl TaskStore {
             None => s.delete(&k2),
         })?;
         if let Some(l) = &self.logger {
+            let value = match value {
+                Some(v) if self.timestamped && v.len() >= 8 => Some(v.slice(8..)),
+                v => v,
+            };
             outbox.push(l.record(partition, key, value, timestamp));
         }
         Ok(old)
@@ -191,8 +203,23 @@ impl TaskStore {
         Ok(out)
     }
 
-    /// Applies a restored changelog record to the inner store.
-    pub(crate) fn restore(&mut self, key: Bytes, value: Option<Bytes>) -> Result<()> {
+    /// Applies a restored changelog record (with its timestamp) to the
+    /// inner store.
+    pub(crate) fn restore(
+        &mut self,
+        key: Bytes,
+        value: Option<Bytes>,
+        timestamp: i64,
+    ) -> Result<()> {
+        let value = match value {
+            Some(v) if self.timestamped => {
+                let mut b = Vec::with_capacity(8 + v.len());
+                b.extend_from_slice(&timestamp.to_be_bytes());
+                b.extend_from_slice(&v);
+                Some(Bytes::from(b))
+            }
+            v => v,
+        };
         self.with_inner(move |s| match value {
             Some(v) => s.put(key, v),
             None => s.delete(&key).map(|_| ()),

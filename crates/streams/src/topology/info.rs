@@ -21,6 +21,9 @@ pub struct StoreInfo {
     pub changelog_topic: Option<String>,
     /// The store's type (the runtime picks the store for `Default`).
     pub store_type: StoreType,
+    /// Whether stored values carry an 8-byte timestamp prefix (restore
+    /// through `StreamTask::restore`, which adds it).
+    pub timestamped: bool,
 }
 
 /// One sub-topology: tasks `<id>_<p>` for each partition `p` of its source
@@ -62,6 +65,8 @@ pub struct GlobalStoreInfo {
     pub store: String,
     /// The topic it is filled from (its changelog, read from the start).
     pub topic: String,
+    /// Its node group, for [`crate::task::StreamTask::new_global`].
+    pub group_id: u32,
 }
 
 /// Everything the runtime must create, subscribe to and check.
@@ -139,6 +144,7 @@ impl Topology {
                                 global_stores.push(GlobalStoreInfo {
                                     store: s.clone(),
                                     topic: t.clone(),
+                                    group_id: id,
                                 });
                             }
                         }
@@ -189,6 +195,7 @@ impl Topology {
                                 .logging
                                 .then(|| changelog_topic(application_id, s)),
                             store_type: d.builder.store_type,
+                            timestamped: d.builder.timestamped,
                         });
                     }
                 }

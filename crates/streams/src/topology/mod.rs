@@ -16,7 +16,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use describe::{NodeDescription, SubtopologyDescription, TopologyDescription};
-pub use info::{RepartitionTopicInfo, StoreInfo, SubtopologyInfo, TopologyInfo};
+pub use info::{GlobalStoreInfo, RepartitionTopicInfo, StoreInfo, SubtopologyInfo, TopologyInfo};
 
 use crate::error::{Result, StreamsError};
 use crate::processor::{
@@ -143,6 +143,7 @@ pub struct StoreBuilder {
     pub(crate) store_type: StoreType,
     pub(crate) logging: bool,
     pub(crate) caching: bool,
+    pub(crate) timestamped: bool,
 }
 
 impl std::fmt::Debug for StoreBuilder {
@@ -152,6 +153,7 @@ impl std::fmt::Debug for StoreBuilder {
             .field("store_type", &self.store_type)
             .field("logging", &self.logging)
             .field("caching", &self.caching)
+            .field("timestamped", &self.timestamped)
             .finish()
     }
 }
@@ -167,6 +169,7 @@ impl StoreBuilder {
             store_type: StoreType::InMemory,
             logging: true,
             caching: false,
+            timestamped: false,
         }
     }
     /// A store of the runtime's default type (see [`StoreType::Default`]).
@@ -198,6 +201,17 @@ impl StoreBuilder {
     /// The store's type.
     pub fn store_type(&self) -> StoreType {
         self.store_type
+    }
+    /// Whether values are stored with their timestamp (Kafka's
+    /// `TimestampedKeyValueStore`: 8 bytes big-endian, then the value; the
+    /// changelog carries the plain value with the timestamp as the record's).
+    pub fn timestamped(&self) -> bool {
+        self.timestamped
+    }
+    /// Stores values with their timestamps (DSL stores do).
+    pub fn with_timestamps(mut self) -> Self {
+        self.timestamped = true;
+        self
     }
     /// Turns the changelog off.
     pub fn with_logging_disabled(mut self) -> Self {
