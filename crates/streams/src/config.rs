@@ -7,6 +7,7 @@ use std::time::Duration;
 use sluice_client::ClientConfig;
 
 use crate::error::{Result, StreamsError};
+use crate::task::DeserializationHandler;
 
 /// The runtime's settings.
 #[derive(Debug, Clone)]
@@ -42,6 +43,8 @@ pub struct StreamsConfig {
     pub max_task_idle_ms: i64,
     /// `statestore.cache.max.bytes` (default 10485760), split over the threads.
     pub cache_max_bytes: usize,
+    /// `default.deserialization.exception.handler` (default: log and fail).
+    pub deserialization_handler: DeserializationHandler,
     /// `session.timeout.ms` of the main consumer (default 45000).
     pub session_timeout: Duration,
     /// `heartbeat.interval.ms` of the main consumer (default 3000).
@@ -66,6 +69,7 @@ impl StreamsConfig {
             application_server: None,
             max_task_idle_ms: 0,
             cache_max_bytes: 10 * 1024 * 1024,
+            deserialization_handler: DeserializationHandler::LogAndFail,
             session_timeout: Duration::from_secs(45),
             heartbeat_interval: Duration::from_secs(3),
         }
@@ -106,6 +110,17 @@ impl StreamsConfig {
             }
             "heartbeat.interval.ms" => self.heartbeat_interval = ms(value)?,
             "processing.guarantee" if value == "at_least_once" => {}
+            "default.deserialization.exception.handler" => {
+                self.deserialization_handler = match value.rsplit('.').next().unwrap_or(value) {
+                    "LogAndFailExceptionHandler" | "LogAndFail" => {
+                        DeserializationHandler::LogAndFail
+                    }
+                    "LogAndContinueExceptionHandler" | "LogAndContinue" => {
+                        DeserializationHandler::LogAndContinue
+                    }
+                    _ => return Err(bad()),
+                };
+            }
             _ => {
                 return Err(StreamsError::Config(format!(
                     "unknown or unsupported setting {key}={value}"
@@ -146,6 +161,15 @@ mod tests {
         assert!(c.set("commit.interval.ms", "soon").is_err());
         assert!(c.set("processing.guarantee", "exactly_once_v2").is_err());
         assert!(c.set("no.such", "1").is_err());
+        c.set(
+            "default.deserialization.exception.handler",
+            "org.apache.kafka.streams.errors.LogAndContinueExceptionHandler",
+        )
+        .expect("set");
+        assert_eq!(
+            c.deserialization_handler,
+            DeserializationHandler::LogAndContinue
+        );
         c.validate().expect("valid");
         c.set("application.id", "").expect("set");
         assert!(c.validate().is_err());

@@ -111,7 +111,7 @@ impl StoreChangelogReader {
             })
             .collect();
         let results = self
-            .restore_with(&targets, &mut |i, key, value| {
+            .restore_with(&targets, &mut |i, key, value, _timestamp| {
                 let store = &mut *stores[i].store;
                 match value {
                     Some(v) => store.put(key, v),
@@ -128,12 +128,13 @@ impl StoreChangelogReader {
     }
 
     /// [`restore`](Self::restore) for stores the caller applies records to
-    /// itself (Kafka's `StateRestoreCallback`): `apply(i, key, value)` puts
-    /// (`Some`) or deletes (`None`) `key` in the store of `targets[i]`.
+    /// itself (Kafka's `StateRestoreCallback`): `apply(i, key, value,
+    /// timestamp)` puts (`Some`) or deletes (`None`) `key` in the store of
+    /// `targets[i]`; `timestamp` is the changelog record's.
     pub async fn restore_with(
         &mut self,
         targets: &[RestoreTarget],
-        apply: &mut (dyn FnMut(usize, Bytes, Option<Bytes>) -> Result<()> + Send),
+        apply: &mut (dyn FnMut(usize, Bytes, Option<Bytes>, i64) -> Result<()> + Send),
     ) -> Result<Vec<RestoredChangelog>> {
         let tps: Vec<TopicPartition> = targets.iter().map(|s| s.changelog.clone()).collect();
         if tps.is_empty() {
@@ -188,7 +189,7 @@ impl StoreChangelogReader {
                 let tp = TopicPartition::new(&r.topic, r.partition);
                 let Some(&i) = index.get(&tp) else { continue };
                 if let Some(key) = r.key {
-                    apply(i, key, r.value)?;
+                    apply(i, key, r.value, r.timestamp)?;
                 }
                 let res = &mut results[i];
                 res.restored += 1;

@@ -53,7 +53,7 @@ impl RuntimeTask for CountTask {
         self.queue.extend(records);
         Ok(())
     }
-    fn restore(&mut self, store: &str, key: Bytes, value: Option<Bytes>) -> Result<()> {
+    fn restore(&mut self, store: &str, key: Bytes, value: Option<Bytes>, _: i64) -> Result<()> {
         assert_eq!(store, "counts");
         match value {
             Some(v) => self.store.put(key, v),

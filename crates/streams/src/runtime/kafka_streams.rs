@@ -225,8 +225,7 @@ impl KafkaStreams {
         let threads = config.num_stream_threads.max(1);
         let factory = super::topology_tasks::TopologyTaskFactory::new(
             topology,
-            &config.application_id,
-            config.max_task_idle_ms,
+            &config,
             config.cache_max_bytes / threads,
         )?;
         let metadata = super::topology_tasks::topology_metadata(factory.info());

@@ -121,8 +121,8 @@ impl TaskStateManager {
             .collect();
         let stores: Vec<String> = targets.iter().map(|t| t.store.clone()).collect();
         let results = reader
-            .restore_with(&targets, &mut |i, key, value| {
-                task.restore(&stores[i], key, value)
+            .restore_with(&targets, &mut |i, key, value, ts| {
+                task.restore(&stores[i], key, value, ts)
             })
             .await?;
         for r in results {

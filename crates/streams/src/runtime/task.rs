@@ -37,9 +37,16 @@ pub trait RuntimeTask: Send {
         partition: &TopicPartition,
         records: Vec<ConsumerRecord>,
     ) -> Result<()>;
-    /// Applies one changelog record to store `store` while restoring (no
-    /// changelog write, no cache, no forwarding); `None` deletes.
-    fn restore(&mut self, store: &str, key: Bytes, value: Option<Bytes>) -> Result<()>;
+    /// Applies one changelog record (with its timestamp) to store `store`
+    /// while restoring (no changelog write, no cache, no forwarding);
+    /// `None` deletes.
+    fn restore(
+        &mut self,
+        store: &str,
+        key: Bytes,
+        value: Option<Bytes>,
+        timestamp: i64,
+    ) -> Result<()>;
     /// Records buffered but not processed yet for `partition`.
     fn buffered(&self, partition: &TopicPartition) -> usize;
     /// Processes at most one record (choosing across partitions by

@@ -13,12 +13,13 @@ use sluice_client::TopicPartition;
 
 use super::task::{OutputRecord, RuntimeTask, StoreSpec, TaskFactory};
 use crate::assignor::{RepartitionTopicMetadata, SubtopologyMetadata, TopologyMetadata};
+use crate::config::StreamsConfig;
 use crate::error::{Result, StreamsError};
 use crate::processor::{Header, Headers};
 use crate::state::directory::StateDirectory;
 use crate::state::persistent::PersistentKeyValueStore;
 use crate::state::KeyValueStore;
-use crate::task::{ConsumedRecord, StreamTask, TaskConfig};
+use crate::task::{ConsumedRecord, DeserializationHandler, StreamTask, TaskConfig};
 use crate::task_id::TaskId;
 use crate::topology::{StoreInit, StoreType, Topology, TopologyInfo};
 
@@ -75,6 +76,7 @@ pub struct TopologyTaskFactory {
     application_id: String,
     max_task_idle_ms: i64,
     cache_max_bytes: usize,
+    deserialization_handler: DeserializationHandler,
 }
 
 impl std::fmt::Debug for TopologyTaskFactory {
@@ -86,14 +88,11 @@ impl std::fmt::Debug for TopologyTaskFactory {
 }
 
 impl TopologyTaskFactory {
-    /// A factory for `topology` in `application_id`. Global stores are not
-    /// run by this runtime yet: a topology with one is refused.
-    pub fn new(
-        topology: Topology,
-        application_id: &str,
-        max_task_idle_ms: i64,
-        cache_max_bytes: usize,
-    ) -> Result<Self> {
+    /// A factory for `topology` in `application_id`, with the task settings
+    /// of `config` and `cache_max_bytes` per task. Global stores are not run
+    /// by this runtime yet: a topology with one is refused.
+    pub fn new(topology: Topology, config: &StreamsConfig, cache_max_bytes: usize) -> Result<Self> {
+        let application_id = config.application_id.as_str();
         let info = topology.topics_info(application_id);
         if let Some(g) = info.global_stores.first() {
             return Err(StreamsError::Topology(format!(
@@ -105,8 +104,9 @@ impl TopologyTaskFactory {
             topology: Arc::new(topology),
             info,
             application_id: application_id.to_string(),
-            max_task_idle_ms,
+            max_task_idle_ms: config.max_task_idle_ms,
             cache_max_bytes,
+            deserialization_handler: config.deserialization_handler,
         })
     }
 
@@ -157,9 +157,13 @@ impl TaskFactory for TopologyTaskFactory {
                 )?) as Box<dyn KeyValueStore>)
             })),
             global_stores: HashMap::new(),
+            deserialization_handler: self.deserialization_handler,
         };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
         Ok(Box::new(StreamTaskAdapter {
-            task: StreamTask::new(&self.topology, id, &config)?,
+            task: StreamTask::new(&self.topology, id, &config, now)?,
             out: Vec::new(),
             committable: BTreeMap::new(),
         }))
@@ -200,8 +204,14 @@ impl RuntimeTask for StreamTaskAdapter {
         Ok(())
     }
 
-    fn restore(&mut self, store: &str, key: Bytes, value: Option<Bytes>) -> Result<()> {
-        self.task.restore(store, [(key, value)])
+    fn restore(
+        &mut self,
+        store: &str,
+        key: Bytes,
+        value: Option<Bytes>,
+        timestamp: i64,
+    ) -> Result<()> {
+        self.task.restore(store, [(key, value, timestamp)])
     }
 
     fn buffered(&self, partition: &TopicPartition) -> usize {
