@@ -5,13 +5,14 @@
 //! failed thread's death means.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use sluice_client::Admin;
 use uuid::Uuid;
 
+use super::global::{GlobalSetup, GlobalStreamThread};
 use super::task::TaskFactory;
 use super::thread::{StreamThread, ThreadContext, ThreadShared, ThreadState};
 use crate::assignor::TopologyMetadata;
@@ -93,6 +94,10 @@ struct Inner {
     num_threads: Arc<AtomicI32>,
     next_thread: AtomicUsize,
     errors: Mutex<Vec<String>>,
+    /// Global stores to bootstrap and keep up to date, if any.
+    global: Mutex<Option<GlobalSetup>>,
+    /// Stops the global thread.
+    global_stop: Arc<AtomicBool>,
 }
 
 /// One instance of a Kafka Streams application.
@@ -210,26 +215,45 @@ impl KafkaStreams {
                 num_threads: Arc::new(AtomicI32::new(threads)),
                 next_thread: AtomicUsize::new(1),
                 errors: Mutex::new(Vec::new()),
+                global: Mutex::new(None),
+                global_stop: Arc::new(AtomicBool::new(false)),
             }),
         })
     }
 
     /// An instance running a DSL or processor-API `topology`: its tasks are
     /// [`StreamTask`](crate::task::StreamTask)s whose default stores are
-    /// persistent (fjall). `statestore.cache.max.bytes` is split evenly
-    /// over the threads, then over each task's cached stores.
+    /// persistent (fjall); global tables are bootstrapped at start and kept
+    /// up to date by a global thread. `statestore.cache.max.bytes` is divided
+    /// by the thread count and given to each task's cached stores.
     pub fn from_topology(
         topology: crate::topology::Topology,
         config: StreamsConfig,
     ) -> Result<Self> {
+        let topology = Arc::new(topology);
         let threads = config.num_stream_threads.max(1);
+        let global = GlobalSetup::new(
+            &topology,
+            &config.application_id,
+            config.deserialization_handler,
+        )?;
         let factory = super::topology_tasks::TopologyTaskFactory::new(
             topology,
             &config,
             config.cache_max_bytes / threads,
-        )?;
+            global
+                .as_ref()
+                .map(|g| g.stores.clone())
+                .unwrap_or_default(),
+        );
         let metadata = super::topology_tasks::topology_metadata(factory.info());
-        Self::new(metadata, Arc::new(factory), config)
+        let streams = Self::new(metadata, Arc::new(factory), config)?;
+        *streams
+            .inner
+            .global
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = global;
+        Ok(streams)
     }
 
     /// The current state.
@@ -314,6 +338,32 @@ impl KafkaStreams {
             .state_dir
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(dir));
+        let global = self
+            .inner
+            .global
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(setup) = global {
+            let mut thread = GlobalStreamThread::new(&setup, cfg.client.clone()).await?;
+            let n = thread.bootstrap().await?;
+            tracing::info!(records = n, "global stores bootstrapped");
+            let stop = self.inner.global_stop.clone();
+            let weak = Arc::downgrade(&self.inner);
+            tokio::spawn(async move {
+                if let Err(e) = thread.run(stop).await {
+                    tracing::error!("global stream thread failed: {e}");
+                    if let Some(inner) = weak.upgrade() {
+                        inner
+                            .errors
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(format!("global thread: {e}"));
+                        shutdown_on_error(&inner).await;
+                    }
+                }
+            });
+        }
         Ok(())
     }
 
@@ -446,6 +496,7 @@ impl KafkaStreams {
 
 /// Requests every thread to stop and waits for them until `timeout`.
 async fn stop_threads(inner: &Arc<Inner>, timeout: Duration) -> bool {
+    inner.global_stop.store(true, Ordering::SeqCst);
     let threads: Vec<Arc<ThreadShared>> = inner
         .threads
         .lock()

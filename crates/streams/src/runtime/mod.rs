@@ -6,8 +6,10 @@
 //! | [`state_manager`] | a task's locked folder, stores, restoration and checkpoint (`ProcessorStateManager`) |
 //! | [`thread`] | `StreamThread`: consumer + producer + tasks, the poll/process/commit loop |
 //! | [`kafka_streams`] | [`KafkaStreams`]: threads, states, listener, error handler |
+//! | `global` | global stores: bootstrap and the global thread (`GlobalStreamThread`) |
 //! | [`topology_tasks`] | the glue to the DSL's `Topology`: `StreamTask`s as runtime tasks |
 
+mod global;
 pub mod kafka_streams;
 pub mod state_manager;
 pub mod task;

@@ -2,7 +2,8 @@
 //! [`topology_metadata`] turns the topology's [`TopologyInfo`] into the
 //! assignor's [`TopologyMetadata`], and [`TopologyTaskFactory`] builds a
 //! [`StreamTask`] per task, with its `Default` stores persistent (fjall, in
-//! the task's state folder) and drives it through [`RuntimeTask`].
+//! the task's state folder) and the instance's global stores, and drives it
+//! through [`RuntimeTask`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use crate::processor::{Header, Headers};
 use crate::state::directory::StateDirectory;
 use crate::state::persistent::PersistentKeyValueStore;
 use crate::state::KeyValueStore;
-use crate::task::{ConsumedRecord, DeserializationHandler, StreamTask, TaskConfig};
+use crate::task::{ConsumedRecord, DeserializationHandler, SharedStore, StreamTask, TaskConfig};
 use crate::task_id::TaskId;
 use crate::topology::{StoreInit, StoreType, Topology, TopologyInfo};
 
@@ -77,6 +78,7 @@ pub struct TopologyTaskFactory {
     max_task_idle_ms: i64,
     cache_max_bytes: usize,
     deserialization_handler: DeserializationHandler,
+    global_stores: HashMap<String, SharedStore>,
 }
 
 impl std::fmt::Debug for TopologyTaskFactory {
@@ -88,26 +90,24 @@ impl std::fmt::Debug for TopologyTaskFactory {
 }
 
 impl TopologyTaskFactory {
-    /// A factory for `topology` in `application_id`, with the task settings
-    /// of `config` and `cache_max_bytes` per task. Global stores are not run
-    /// by this runtime yet: a topology with one is refused.
-    pub fn new(topology: Topology, config: &StreamsConfig, cache_max_bytes: usize) -> Result<Self> {
-        let application_id = config.application_id.as_str();
-        let info = topology.topics_info(application_id);
-        if let Some(g) = info.global_stores.first() {
-            return Err(StreamsError::Topology(format!(
-                "global store {} (topic {}): global tables are not run by KafkaStreams yet",
-                g.store, g.topic
-            )));
-        }
-        Ok(Self {
-            topology: Arc::new(topology),
+    /// A factory for `topology` with the task settings of `config`,
+    /// `cache_max_bytes` per task, and the instance's global stores.
+    pub fn new(
+        topology: Arc<Topology>,
+        config: &StreamsConfig,
+        cache_max_bytes: usize,
+        global_stores: HashMap<String, SharedStore>,
+    ) -> Self {
+        let info = topology.topics_info(&config.application_id);
+        Self {
+            topology,
             info,
-            application_id: application_id.to_string(),
+            application_id: config.application_id.clone(),
             max_task_idle_ms: config.max_task_idle_ms,
             cache_max_bytes,
             deserialization_handler: config.deserialization_handler,
-        })
+            global_stores,
+        }
     }
 
     /// The topology's runtime info.
@@ -156,7 +156,7 @@ impl TaskFactory for TopologyTaskFactory {
                     &dir.store_dir(task, &init.name),
                 )?) as Box<dyn KeyValueStore>)
             })),
-            global_stores: HashMap::new(),
+            global_stores: self.global_stores.clone(),
             deserialization_handler: self.deserialization_handler,
         };
         let now = std::time::SystemTime::now()
