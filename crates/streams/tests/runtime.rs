@@ -609,3 +609,54 @@ async fn shutdown_application_stops_every_instance() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn corrupt_missing_or_impossible_checkpoints_restore_from_scratch() {
+    let server = start_server().await;
+    let state = tempfile::tempdir().expect("state");
+    let mut reference = BTreeMap::new();
+    produce(&server, 0, 1200, 40, &mut reference).await;
+    let first = instance(&server, "cp", state.path());
+    first.start().await.expect("start");
+    eventually("processed", || first.processed_records() >= 1200).await;
+    assert!(first.close(Duration::from_secs(30)).await);
+
+    let app = state.path().join("cp");
+    let checkpoint = |p: i32| app.join(format!("0_{p}")).join(".checkpoint");
+    // 0_0: garbage; 0_1: missing; 0_2: past the changelog's end.
+    std::fs::write(checkpoint(0), "not a checkpoint").expect("corrupt");
+    std::fs::remove_file(checkpoint(1)).expect("remove");
+    std::fs::write(checkpoint(2), "0\n1\ncp-counts-changelog 2 999999\n").expect("future");
+    let cl = |p: i32| -> u64 {
+        std::fs::read_to_string(checkpoint(p))
+            .ok()
+            .and_then(|t| t.lines().nth(2).map(str::to_string))
+            .and_then(|l| l.split(' ').nth(2).and_then(|o| o.parse::<u64>().ok()))
+            .map_or(0, |o| o + 1)
+    };
+    // Changelog records of the untouched tasks (restored: none of them).
+    let untouched: u64 = (3..PARTITIONS).map(cl).sum();
+    assert!(untouched > 0);
+
+    let second = instance(&server, "cp", state.path());
+    second.start().await.expect("start");
+    assert!(
+        second
+            .wait_for_state(State::Running, Duration::from_secs(30))
+            .await
+    );
+    // Exactly the three damaged tasks were restored from scratch: every
+    // changelog record is restored except those of the untouched tasks.
+    assert_eq!(second.restored_records(), 1200 - untouched);
+    // Their checkpoints are valid again.
+    for p in 0..3 {
+        let text = std::fs::read_to_string(checkpoint(p)).expect("checkpoint");
+        assert!(text.starts_with("0\n1\ncp-counts-changelog "), "{text}");
+        assert!(!text.contains("999999"));
+    }
+    produce(&server, 1200, 300, 40, &mut reference).await;
+    eventually("processed", || second.processed_records() >= 300).await;
+    assert!(second.close(Duration::from_secs(30)).await);
+    assert_eq!(output_counts(&server).await, reference);
+    server.stop().await;
+}
