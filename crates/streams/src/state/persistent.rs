@@ -16,6 +16,12 @@ use crate::error::{Result, StreamsError};
 
 /// The block cache of each store (fjall's default is 32 MiB).
 const CACHE_BYTES: u64 = 8 * 1024 * 1024;
+/// Memtables of each store before a flush to disk (fjall's default 64 MiB);
+/// an instance holds one store per task and stateful sub-topology.
+const WRITE_BUFFER_BYTES: u64 = 16 * 1024 * 1024;
+/// Journal size of each store before memtables are forced to disk (fjall's
+/// default 512 MiB; its minimum is 24 MiB).
+const JOURNAL_BYTES: u64 = 64 * 1024 * 1024;
 
 /// A key-value store on disk.
 pub struct PersistentKeyValueStore {
@@ -49,6 +55,8 @@ impl PersistentKeyValueStore {
             .flush_workers(1)
             .compaction_workers(1)
             .cache_size(CACHE_BYTES)
+            .max_write_buffer_size(WRITE_BUFFER_BYTES)
+            .max_journaling_size(JOURNAL_BYTES)
             .open()
             .map_err(err)?;
         let partition = keyspace
