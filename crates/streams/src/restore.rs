@@ -127,6 +127,30 @@ impl StoreChangelogReader {
         Ok(results)
     }
 
+    /// The indexes of `targets` whose checkpoint is at or past their
+    /// changelog's end offset: their state is newer than the changelog
+    /// (`TaskCorrupted`), so they must be wiped and restored from scratch.
+    pub async fn corrupted(&mut self, targets: &[RestoreTarget]) -> Result<Vec<usize>> {
+        let tps: Vec<TopicPartition> = targets
+            .iter()
+            .filter(|t| t.checkpoint.is_some())
+            .map(|t| t.changelog.clone())
+            .collect();
+        if tps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ends = Self::offsets(&self.admin, &tps, OffsetSpec::Latest).await?;
+        Ok(targets
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| {
+                t.checkpoint
+                    .is_some_and(|c| ends.get(&t.changelog).is_some_and(|e| c + 1 > *e))
+            })
+            .map(|(i, _)| i)
+            .collect())
+    }
+
     /// [`restore`](Self::restore) for stores the caller applies records to
     /// itself (Kafka's `StateRestoreCallback`): `apply(i, key, value,
     /// timestamp)` puts (`Some`) or deletes (`None`) `key` in the store of

@@ -19,7 +19,7 @@ use sluice_client::TopicPartition;
 use super::task::{RuntimeTask, StoreSpec};
 use crate::error::Result;
 use crate::internal_topics::changelog_topic_name;
-use crate::restore::{RestoreTarget, StoreChangelogReader};
+use crate::restore::{RestoreTarget, RestoredChangelog, StoreChangelogReader};
 use crate::state::directory::{StateDirectory, TaskDirLock};
 use crate::task_id::TaskId;
 
@@ -104,33 +104,43 @@ impl TaskStateManager {
         }))
     }
 
-    /// Restores every logged store of `task` from its changelog.
-    pub async fn restore(
-        &mut self,
-        task: &mut dyn RuntimeTask,
-        reader: &mut StoreChangelogReader,
-    ) -> Result<()> {
-        let targets: Vec<RestoreTarget> = self
-            .changelogs
+    /// What to restore: each logged store with its changelog partition and
+    /// start point.
+    pub fn targets(&self) -> Vec<RestoreTarget> {
+        self.changelogs
             .iter()
             .map(|(tp, l)| RestoreTarget {
                 store: l.store.clone(),
                 changelog: tp.clone(),
                 checkpoint: l.start,
             })
-            .collect();
+            .collect()
+    }
+
+    /// Takes in the outcome of restoring [`targets`](Self::targets).
+    pub fn restored_from(&mut self, results: &[RestoredChangelog]) {
+        for r in results {
+            self.restored += r.restored;
+            if let Some(o) = r.checkpoint {
+                self.offsets.insert(r.changelog.clone(), o);
+            }
+        }
+    }
+
+    /// Restores every logged store of `task` from its changelog.
+    pub async fn restore(
+        &mut self,
+        task: &mut dyn RuntimeTask,
+        reader: &mut StoreChangelogReader,
+    ) -> Result<()> {
+        let targets = self.targets();
         let stores: Vec<String> = targets.iter().map(|t| t.store.clone()).collect();
         let results = reader
             .restore_with(&targets, &mut |i, key, value, ts| {
                 task.restore(&stores[i], key, value, ts)
             })
             .await?;
-        for r in results {
-            self.restored += r.restored;
-            if let Some(o) = r.checkpoint {
-                self.offsets.insert(r.changelog, o);
-            }
-        }
+        self.restored_from(&results);
         Ok(())
     }
 

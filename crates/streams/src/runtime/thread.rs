@@ -29,7 +29,7 @@ use crate::assignor::{
 use crate::config::StreamsConfig;
 use crate::error::{Result, StreamsError};
 use crate::internal_topics::{changelog_topic_name, InternalTopicManager};
-use crate::restore::StoreChangelogReader;
+use crate::restore::{RestoreTarget, StoreChangelogReader};
 use crate::state::directory::StateDirectory;
 use crate::task_id::TaskId;
 
@@ -382,43 +382,90 @@ impl StreamThread {
         Ok(())
     }
 
-    /// Locks, restores and creates pending tasks whose folders are free.
+    /// Locks, creates and restores the pending tasks whose folders are
+    /// free, reading all their changelogs in one pass.
     async fn init_pending(&mut self) -> Result<()> {
+        struct Opening {
+            id: TaskId,
+            partitions: Vec<TopicPartition>,
+            state: TaskStateManager,
+            task: Box<dyn RuntimeTask>,
+        }
+        let dir = self.ctx.state_dir.clone();
+        let factory = self.ctx.factory.clone();
+        let mut opening: Vec<Opening> = Vec::new();
         let ids: Vec<TaskId> = self.pending.keys().copied().collect();
         for id in ids {
-            let dir = &self.ctx.state_dir;
-            let specs = self.ctx.factory.stores(id.subtopology);
-            let Some(mut state) =
-                TaskStateManager::open(dir, &self.ctx.config.application_id, &specs, id)?
+            let specs = factory.stores(id.subtopology);
+            let Some(state) =
+                TaskStateManager::open(&dir, &self.ctx.config.application_id, &specs, id)?
             else {
                 continue;
             };
             let partitions = self.pending.remove(&id).unwrap_or_default();
-            let factory = self.ctx.factory.clone();
-            let mut task = factory.create_task(id, partitions.clone(), dir)?;
-            match state.restore(task.as_mut(), &mut self.reader).await {
-                Ok(()) => {}
-                Err(StreamsError::TaskCorrupted(why)) => {
-                    tracing::warn!(task = %id, "{why}: wiping its state and restoring from scratch");
-                    task.close()?;
-                    drop(task);
-                    state.wipe(dir)?;
-                    task = factory.create_task(id, partitions.clone(), dir)?;
-                    state.restore(task.as_mut(), &mut self.reader).await?;
-                }
-                Err(e) => return Err(e),
-            }
-            state.write_checkpoint(dir)?;
+            let task = factory.create_task(id, partitions.clone(), &dir)?;
+            opening.push(Opening {
+                id,
+                partitions,
+                state,
+                task,
+            });
+        }
+        if opening.is_empty() {
+            return Ok(());
+        }
+        // (task index, target) of every logged store.
+        let collect = |opening: &[Opening]| -> Vec<(usize, RestoreTarget)> {
+            opening
+                .iter()
+                .enumerate()
+                .flat_map(|(i, o)| o.state.targets().into_iter().map(move |t| (i, t)))
+                .collect()
+        };
+        let mut targets = collect(&opening);
+        let flat: Vec<RestoreTarget> = targets.iter().map(|(_, t)| t.clone()).collect();
+        let corrupted: BTreeSet<usize> = self
+            .reader
+            .corrupted(&flat)
+            .await?
+            .into_iter()
+            .map(|j| targets[j].0)
+            .collect();
+        for i in corrupted {
+            let o = &mut opening[i];
+            tracing::warn!(task = %o.id, "checkpoint past the changelog's end: wiping its state and restoring from scratch");
+            o.task.close()?;
+            o.state.wipe(&dir)?;
+            o.task = factory.create_task(o.id, o.partitions.clone(), &dir)?;
+            targets = collect(&opening);
+        }
+        let flat: Vec<RestoreTarget> = targets.iter().map(|(_, t)| t.clone()).collect();
+        let results = self
+            .reader
+            .restore_with(&flat, &mut |j, key, value, ts| {
+                let (i, target) = &targets[j];
+                opening[*i].task.restore(&target.store, key, value, ts)
+            })
+            .await?;
+        for (i, mut o) in opening.into_iter().enumerate() {
+            let mine: Vec<_> = results
+                .iter()
+                .zip(&targets)
+                .filter(|(_, (owner, _))| *owner == i)
+                .map(|(r, _)| r.clone())
+                .collect();
+            o.state.restored_from(&mine);
+            o.state.write_checkpoint(&dir)?;
             self.shared
                 .restored
-                .fetch_add(state.restored(), Ordering::Relaxed);
-            tracing::info!(thread = %self.shared.name, task = %id, restored = state.restored(), "task ready");
+                .fetch_add(o.state.restored(), Ordering::Relaxed);
+            tracing::info!(thread = %self.shared.name, task = %o.id, restored = o.state.restored(), "task ready");
             self.tasks.insert(
-                id,
+                o.id,
                 Active {
-                    task,
-                    state,
-                    partitions,
+                    task: o.task,
+                    state: o.state,
+                    partitions: o.partitions,
                 },
             );
         }
