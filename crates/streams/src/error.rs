@@ -33,6 +33,28 @@ pub enum StreamsError {
         /// What went wrong.
         message: String,
     },
+    /// The streams assignor met user data it cannot read, or a member got
+    /// an assignment it cannot use.
+    #[error("streams assignment: {0}")]
+    Assignment(String),
+    /// An internal (changelog or repartition) topic exists with the wrong
+    /// shape, or could not be created.
+    #[error("internal topic {topic}: {message}")]
+    InternalTopic {
+        /// The topic.
+        topic: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Topics that must be co-partitioned have different partition counts;
+    /// the message names every topic with its count.
+    #[error("{0}")]
+    Copartitioning(String),
+    /// A task's local state cannot be trusted (Kafka's
+    /// `TaskCorruptedException`): its stores are wiped and restored from
+    /// scratch.
+    #[error("task corrupted: {0}")]
+    TaskCorrupted(String),
     /// The operation is not allowed in the client's current state.
     #[error("illegal state: {0}")]
     IllegalState(String),

@@ -337,6 +337,9 @@ impl Joiner {
             }
         }
         let assignment = decode_assignment(&sresp.assignment)?;
+        if let Some(a) = self.assignors.iter().find(|a| a.name() == protocol) {
+            a.on_assignment(&assignment, generation);
+        }
         Ok(Some(Joined {
             assignment: assignment.partitions,
             snapshot,

@@ -384,6 +384,14 @@ impl Consumer {
         Ok(())
     }
 
+    /// Whether the group needs a rebalance that the next [`poll`](Self::poll)
+    /// will run (Kafka's `rejoinNeededOrPending`): with the eager protocol
+    /// every partition is revoked then, so an application that commits by
+    /// hand (stream processing) commits its work before that poll.
+    pub fn rebalance_pending(&self) -> bool {
+        self.group.as_ref().is_some_and(GroupMember::needs_join)
+    }
+
     /// The partitions currently assigned.
     pub fn assignment(&self) -> BTreeSet<TopicPartition> {
         self.partitions.keys().cloned().collect()

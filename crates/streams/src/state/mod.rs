@@ -2,10 +2,20 @@
 //! (keys and values already serialized, as Kafka's inner `Bytes` stores do);
 //! typed access sits on top. Ordering of `range`/`all` is the byte order of
 //! keys.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`checkpoint`] | the `.checkpoint` file (Kafka's `OffsetCheckpoint` format) |
+//! | [`directory`] | `state.dir/<application.id>/<task>/`, `.lock` files, process id, cleanup |
+//! | [`persistent`] | the persistent key-value store on fjall |
 
 use bytes::Bytes;
 
 use crate::error::Result;
+
+pub mod checkpoint;
+pub mod directory;
+pub mod persistent;
 
 /// A key-value store (Kafka's `KeyValueStore<Bytes, byte[]>`).
 pub trait KeyValueStore: Send + std::fmt::Debug {
@@ -32,3 +42,9 @@ pub trait KeyValueStore: Send + std::fmt::Debug {
     /// Releases the store's resources.
     fn close(&mut self) -> Result<()>;
 }
+
+pub mod cache;
+pub mod logging;
+pub mod memory;
+
+pub use memory::InMemoryKeyValueStore;

@@ -127,6 +127,12 @@ pub trait PartitionAssignor: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Called on every member (leader or not) with the assignment it
+    /// received from this assignor in generation `generation`, before the
+    /// rebalance listener runs (Kafka's `ConsumerPartitionAssignor.onAssignment`);
+    /// assignors that hand out `user_data` read it here. Default: nothing.
+    fn on_assignment(&self, _assignment: &Assignment, _generation: i32) {}
+
     /// Leader-side assignment. `partitions_per_topic`: partition count of
     /// every subscribed topic known in metadata (topics missing from the map
     /// are skipped). `members`: member id -> subscription. Must return an
