@@ -36,12 +36,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut state_dir: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        let value = args.next().unwrap_or_else(|| usage());
+        let Some(value) = args.next() else {
+            eprintln!("{flag} needs a value");
+            usage()
+        };
         match flag.as_str() {
             "--bootstrap-server" => bootstrap = value,
             "--application-id" => application_id = value,
             "--state-dir" => state_dir = Some(value),
-            _ => usage(),
+            _ => {
+                eprintln!("unknown flag {flag}");
+                usage()
+            }
         }
     }
     let builder = StreamsBuilder::new();

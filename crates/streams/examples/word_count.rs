@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Both topics must exist (the demo does not create them), e.g.
-//! `sluice topics create streams-plaintext-input --partitions 6`.
+//! `sluice topic create streams-plaintext-input --partitions 6`.
 
 use std::time::Duration;
 
@@ -66,13 +66,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut threads = "1".to_string();
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        let value = args.next().unwrap_or_else(|| usage());
+        let Some(value) = args.next() else {
+            eprintln!("{flag} needs a value");
+            usage()
+        };
         match flag.as_str() {
             "--bootstrap-server" => bootstrap = value,
             "--application-id" => application_id = value,
             "--state-dir" => state_dir = Some(value),
             "--threads" => threads = value,
-            _ => usage(),
+            _ => {
+                eprintln!("unknown flag {flag}");
+                usage()
+            }
         }
     }
     let mut config = StreamsConfig::new(&application_id, ClientConfig::new(&bootstrap));
