@@ -46,5 +46,6 @@ cargo test --workspace
 
 # Compatibility: unmodified Kafka clients against the real binary.
 cargo build -p sluice-cli
+cargo build -p sluice-streams --examples   # tests/compat/test_streams.py runs word_count
 export SLUICETEST_BIN="$PWD/target/debug/sluice"
 "$VENV/bin/python" -m pytest tests/compat -q -p no:cacheprovider

@@ -8,8 +8,11 @@
 //! ```text
 //! cargo run -p sluice-streams --example word_count -- \
 //!     [--bootstrap-server 127.0.0.1:9092] [--application-id streams-wordcount] \
-//!     [--state-dir /tmp/kafka-streams] [--threads 1]
+//!     [--state-dir /tmp/kafka-streams] [--threads 1] [--config KEY=VALUE]...
 //! ```
+//!
+//! `--config` sets any `StreamsConfig` key by Kafka's name (repeatable),
+//! e.g. `--config session.timeout.ms=6000`.
 //!
 //! Both topics must exist (the demo does not create them), e.g.
 //! `sluice topic create streams-plaintext-input --partitions 6`.
@@ -53,7 +56,7 @@ fn word_count() -> sluice_streams::Result<Topology> {
 fn usage() -> ! {
     eprintln!(
         "usage: word_count [--bootstrap-server HOST:PORT] [--application-id ID] \
-         [--state-dir DIR] [--threads N]"
+         [--state-dir DIR] [--threads N] [--config KEY=VALUE]..."
     );
     std::process::exit(2)
 }
@@ -64,6 +67,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut application_id = "streams-wordcount".to_string();
     let mut state_dir: Option<String> = None;
     let mut threads = "1".to_string();
+    let mut overrides = Vec::new();
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let Some(value) = args.next() else {
@@ -75,6 +79,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--application-id" => application_id = value,
             "--state-dir" => state_dir = Some(value),
             "--threads" => threads = value,
+            "--config" => match value.split_once('=') {
+                Some((k, v)) => overrides.push((k.to_string(), v.to_string())),
+                None => {
+                    eprintln!("--config {value}: expected KEY=VALUE");
+                    usage()
+                }
+            },
             _ => {
                 eprintln!("unknown flag {flag}");
                 usage()
@@ -87,6 +98,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     config.set("num.stream.threads", &threads)?;
     config.set("commit.interval.ms", "1000")?;
+    for (key, value) in &overrides {
+        config.set(key, value)?;
+    }
     let topology = word_count()?;
     println!("{}", topology.describe());
     let streams = KafkaStreams::from_topology(topology, config)?;
