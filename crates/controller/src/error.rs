@@ -29,6 +29,12 @@ pub enum ControllerError {
     /// image (start-up refuses rather than run with topics missing).
     #[error("metadata is incomplete: {0}")]
     Inconsistent(String),
+    /// The metadata quorum failed (Raft, its settings, its transport).
+    #[error("metadata quorum: {0}")]
+    Quorum(String),
+    /// No quorum leader could take a change (Kafka's NOT_CONTROLLER).
+    #[error("not the controller: {0}")]
+    NotController(String),
     /// Every producer id has been handed out.
     #[error("producer ids exhausted: {0}")]
     ProducerIdsExhausted(String),
