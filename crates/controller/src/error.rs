@@ -32,6 +32,14 @@ pub enum ControllerError {
     /// The metadata quorum failed (Raft, its settings, its transport).
     #[error("metadata quorum: {0}")]
     Quorum(String),
+    /// The quorum leader refused a change that would create a topic whose
+    /// name exists (TOPIC_ALREADY_EXISTS).
+    #[error("{0}")]
+    TopicExists(String),
+    /// The quorum leader refused a change made against an outdated image
+    /// (a topic already removed, a producer id block already handed out).
+    #[error("metadata change conflicts with the current image: {0}")]
+    Conflict(String),
     /// No quorum leader could take a change (Kafka's NOT_CONTROLLER).
     #[error("not the controller: {0}")]
     NotController(String),

@@ -12,6 +12,7 @@
 pub mod codec;
 pub mod log_store;
 pub mod network;
+pub mod proposer;
 pub mod state_machine;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,7 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::RaftError;
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use sluice_storage::Clock;
 use tokio::net::TcpListener;
@@ -33,6 +34,7 @@ use crate::records::MetadataRecord;
 use crate::store::MetadataLogConfig;
 use log_store::LogStore;
 use network::{CallError, Network, Peer};
+use proposer::{ProposeError, Proposer};
 use state_machine::{Applied, StateMachine};
 
 /// A controller's `node.id`.
@@ -122,6 +124,7 @@ pub struct MetadataQuorum {
     raft: Raft,
     sm: StateMachine,
     log: LogStore,
+    proposer: Arc<Proposer>,
     voters: BTreeMap<NodeId, String>,
     request_timeout: Duration,
     server: JoinHandle<()>,
@@ -168,7 +171,8 @@ impl MetadataQuorum {
         )
         .await
         .map_err(|e| ControllerError::Quorum(format!("starting Raft: {e}")))?;
-        let server = network::serve(listener, raft.clone());
+        let proposer = Arc::new(Proposer::new(raft.clone(), sm.clone()));
+        let server = network::serve(listener, raft.clone(), Arc::clone(&proposer));
         let initialized = raft
             .is_initialized()
             .await
@@ -197,6 +201,7 @@ impl MetadataQuorum {
             raft,
             sm,
             log,
+            proposer,
             voters: config.voters,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             server,
@@ -311,35 +316,27 @@ impl MetadataQuorum {
             if left.is_zero() {
                 return Err(ControllerError::NotController(last_error));
             }
-            let index = match self
-                .raft
-                .client_write(MetadataChange {
-                    records: records.clone(),
-                })
-                .await
-            {
-                Ok(resp) => return Ok(resp.data),
-                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                    match (f.leader_id, f.leader_node) {
-                        (Some(id), Some(node)) if id != self.node_id => {
-                            let mut peer = Peer::new(id, node.addr);
-                            match peer.forward(&records, left).await {
-                                Ok(index) => Some(index),
-                                Err(
-                                    e @ (CallError::NotLeader { .. }
-                                    | CallError::Unreachable { .. }
-                                    | CallError::Network { .. }),
-                                ) => {
-                                    last_error = e.to_string();
-                                    None
-                                }
-                                Err(e) => return Err(ControllerError::Quorum(e.to_string())),
+            let index = match self.proposer.propose(records.clone()).await {
+                Ok((_, image)) => return Ok(image),
+                Err(ProposeError::Rejected(e)) => return Err(e),
+                Err(ProposeError::Raft(e)) => {
+                    last_error = e;
+                    None
+                }
+                Err(ProposeError::NotLeader(leader)) => match leader {
+                    Some((id, node)) if id != self.node_id => {
+                        let mut peer = Peer::new(id, node.addr);
+                        match peer.forward(&records, left).await {
+                            Ok(index) => Some(index),
+                            Err(CallError::Rejected { error, .. }) => return Err(error),
+                            Err(e) => {
+                                last_error = e.to_string();
+                                None
                             }
                         }
-                        _ => None,
                     }
-                }
-                Err(e) => return Err(ControllerError::Quorum(e.to_string())),
+                    _ => None,
+                },
             };
             match index {
                 Some(index) => {
@@ -364,9 +361,8 @@ impl MetadataQuorum {
     }
 
     /// Stops serving peers and stops Raft; the log is closed.
-    pub async fn shutdown(self) -> Result<()> {
+    pub async fn shutdown(&self) -> Result<()> {
         self.server.abort();
-        let _ = self.server.await;
         self.raft
             .shutdown()
             .await

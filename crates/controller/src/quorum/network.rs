@@ -4,7 +4,8 @@
 //! ```text
 //! frame    = size:int32 body               (size ≤ MAX_FRAME, checked first)
 //! request  = kind:int8 payload             (1 Vote, 2 AppendEntries, 3 InstallSnapshot, 4 Forward)
-//! response = status:int8 payload           (0 ok, 1 error: message, 2 not the leader: leader id?)
+//! response = status:int8 payload           (0 ok, 1 error: message, 2 not the leader: leader id?,
+//!                                           3 rejected: reason:int8 message)
 //! ```
 //!
 //! The client side ([`Network`], [`Peer`]) keeps one connection per peer,
@@ -13,6 +14,7 @@
 //! connection and closes idle connections.
 
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
@@ -27,7 +29,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use super::codec::{CodecError, Reader, Writer};
-use super::{MetadataChange, NodeId, Raft, TypeConfig};
+use super::proposer::{ProposeError, Proposer};
+use super::{NodeId, Raft, TypeConfig};
+use crate::error::ControllerError;
 use crate::records::MetadataRecord;
 
 /// Largest frame accepted (a snapshot chunk is at most openraft's
@@ -46,6 +50,9 @@ const KIND_FORWARD: u8 = 4;
 const STATUS_OK: u8 = 0;
 const STATUS_ERROR: u8 = 1;
 const STATUS_NOT_LEADER: u8 = 2;
+const STATUS_REJECTED: u8 = 3;
+const REJECTED_TOPIC_EXISTS: u8 = 0;
+const REJECTED_CONFLICT: u8 = 1;
 
 /// Reads one frame; `None` at a clean end of stream. A size over `max`
 /// (or negative) is refused before anything is allocated.
@@ -169,6 +176,12 @@ pub enum CallError {
         addr: String,
         leader: Option<NodeId>,
     },
+    /// The leader refused the change (it does not fit the image).
+    #[error("controller {addr} refused the change: {error}")]
+    Rejected {
+        addr: String,
+        error: ControllerError,
+    },
 }
 
 /// One peer controller, one connection at a time.
@@ -261,6 +274,16 @@ impl Peer {
                     .ok()
                     .and_then(|p| if p { r.u64().ok() } else { None }),
             }),
+            STATUS_REJECTED => {
+                let kind = r.u8().unwrap_or(REJECTED_CONFLICT);
+                let message = r.string().unwrap_or_else(|e| e.to_string());
+                let error = if kind == REJECTED_TOPIC_EXISTS {
+                    ControllerError::TopicExists(message)
+                } else {
+                    ControllerError::Conflict(message)
+                };
+                Err(CallError::Rejected { addr, error })
+            }
             s => {
                 self.conn = None;
                 Err(CallError::Network {
@@ -296,7 +319,7 @@ impl Peer {
         w.records(records);
         let body = self.call(&w.buf, ttl).await?;
         let mut r = Reader::new(&body);
-        r.log_id().map(|l| l.index).map_err(|e| CallError::Network {
+        r.u64().map_err(|e| CallError::Network {
             addr: self.addr.clone(),
             source: invalid(e),
         })
@@ -389,8 +412,9 @@ impl RaftNetwork<TypeConfig> for Peer {
 // ----------------------------------------------------------------- server
 
 /// Accepts controller connections on `listener` and serves them with
-/// `raft` until the task is aborted.
-pub fn serve(listener: TcpListener, raft: Raft) -> JoinHandle<()> {
+/// `raft` (and forwarded changes with `proposer`) until the task is
+/// aborted.
+pub fn serve(listener: TcpListener, raft: Raft, proposer: Arc<Proposer>) -> JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let (stream, peer) = match listener.accept().await {
@@ -403,8 +427,9 @@ pub fn serve(listener: TcpListener, raft: Raft) -> JoinHandle<()> {
             };
             let _ = stream.set_nodelay(true);
             let raft = raft.clone();
+            let proposer = Arc::clone(&proposer);
             tokio::spawn(async move {
-                if let Err(e) = serve_connection(stream, raft).await {
+                if let Err(e) = serve_connection(stream, raft, proposer).await {
                     tracing::debug!(%peer, error = %e, "controller connection closed");
                 }
             });
@@ -412,14 +437,14 @@ pub fn serve(listener: TcpListener, raft: Raft) -> JoinHandle<()> {
     })
 }
 
-async fn serve_connection(mut s: TcpStream, raft: Raft) -> io::Result<()> {
+async fn serve_connection(mut s: TcpStream, raft: Raft, proposer: Arc<Proposer>) -> io::Result<()> {
     loop {
         let frame = match tokio::time::timeout(IDLE_TIMEOUT, read_frame(&mut s, MAX_FRAME)).await {
             Err(_) => return Ok(()),
             Ok(r) => r?,
         };
         let Some(frame) = frame else { return Ok(()) };
-        let answer = handle(&frame, &raft).await?;
+        let answer = handle(&frame, &raft, &proposer).await?;
         write_frame(&mut s, &answer).await?;
     }
 }
@@ -440,7 +465,7 @@ fn error(message: impl std::fmt::Display) -> Vec<u8> {
 
 /// Answers one request; a malformed one is an error (the connection is
 /// closed).
-async fn handle(frame: &[u8], raft: &Raft) -> io::Result<Vec<u8>> {
+async fn handle(frame: &[u8], raft: &Raft, proposer: &Proposer) -> io::Result<Vec<u8>> {
     let Some((&kind, rest)) = frame.split_first() else {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "empty request"));
     };
@@ -494,13 +519,13 @@ async fn handle(frame: &[u8], raft: &Raft) -> io::Result<Vec<u8>> {
             if records.is_empty() {
                 return Ok(error("an empty metadata change"));
             }
-            match raft.client_write(MetadataChange { records }).await {
-                Ok(resp) => ok(|w| w.log_id(&resp.log_id)),
-                Err(RaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(f))) => {
+            match proposer.propose(records).await {
+                Ok((index, _)) => ok(|w| w.u64(index)),
+                Err(ProposeError::NotLeader(leader)) => {
                     let mut w = Writer::default();
                     w.u8(STATUS_NOT_LEADER);
-                    match f.leader_id {
-                        Some(id) => {
+                    match leader {
+                        Some((id, _)) => {
                             w.u8(1);
                             w.u64(id);
                         }
@@ -508,7 +533,18 @@ async fn handle(frame: &[u8], raft: &Raft) -> io::Result<Vec<u8>> {
                     }
                     w.buf
                 }
-                Err(e) => error(e),
+                Err(ProposeError::Rejected(e)) => {
+                    let mut w = Writer::default();
+                    w.u8(STATUS_REJECTED);
+                    let (kind, message) = match e {
+                        ControllerError::TopicExists(m) => (REJECTED_TOPIC_EXISTS, m),
+                        e => (REJECTED_CONFLICT, e.to_string()),
+                    };
+                    w.u8(kind);
+                    w.str(&message);
+                    w.buf
+                }
+                Err(ProposeError::Raft(e)) => error(e),
             }
         }
         k => {

@@ -293,6 +293,37 @@ async fn installing_a_snapshot_past_the_log_end_restarts_the_log_there() {
         .is_err());
 }
 
+#[test]
+fn the_leader_refuses_changes_that_do_not_fit_its_image() {
+    let mut image = MetadataImage::default();
+    for r in topic_records("a", 1) {
+        image.apply(&r);
+    }
+    let a = image.topic("a").expect("a").id;
+    assert!(proposer::check(&image, &topic_records("b", 2)).is_ok());
+    assert!(matches!(
+        proposer::check(&image, &topic_records("a", 1)),
+        Err(ControllerError::TopicExists(_))
+    ));
+    let gone = Uuid::from_u128(7);
+    assert!(proposer::check(&image, &[MetadataRecord::RemoveTopic { topic_id: gone }]).is_err());
+    assert!(proposer::check(&image, &[MetadataRecord::RemoveTopic { topic_id: a }]).is_ok());
+    // Remove then recreate in one change is fine; removing twice is not.
+    let twice = [
+        MetadataRecord::RemoveTopic { topic_id: a },
+        MetadataRecord::RemoveTopic { topic_id: a },
+    ];
+    assert!(proposer::check(&image, &twice).is_err());
+    let block = |next| MetadataRecord::ProducerIds {
+        broker_id: 1,
+        broker_epoch: -1,
+        next_producer_id: next,
+    };
+    assert!(proposer::check(&image, &[block(1000)]).is_ok());
+    assert!(proposer::check(&image, &[block(1000), block(1000)]).is_err());
+    assert!(proposer::check(&image, &[block(1000), block(2000)]).is_ok());
+}
+
 // ------------------------------------------------------- three controllers
 
 struct Node {
@@ -392,6 +423,21 @@ async fn three_controllers_elect_replicate_fail_over_and_catch_up() {
         assert_eq!(
             quorum.image().topic("t1").map(|t| t.partitions.len()),
             Some(3)
+        );
+    }
+    // The leader checks changes against its image: the same name again,
+    // through any node, is refused.
+    for n in &nodes {
+        let again = n
+            .quorum
+            .as_ref()
+            .expect("up")
+            .write(topic_records("t1", 1))
+            .await;
+        assert!(
+            matches!(again, Err(ControllerError::TopicExists(_))),
+            "node {}: {again:?}",
+            n.id
         );
     }
     let first_term = nodes[0].quorum.as_ref().expect("up").term();
