@@ -9,6 +9,7 @@
 //! and takes metadata changes, forwarding them to the quorum leader when it
 //! is not the leader; every controller's image follows the committed log.
 
+pub mod backend;
 pub mod codec;
 pub mod log_store;
 pub mod network;
@@ -36,6 +37,9 @@ use log_store::LogStore;
 use network::{CallError, Network, Peer};
 use proposer::{ProposeError, Proposer};
 use state_machine::{Applied, StateMachine};
+
+/// How long start-up waits for the committed entries to be re-applied.
+const STARTUP_APPLY_WAIT: Duration = Duration::from_secs(60);
 
 /// A controller's `node.id`.
 pub type NodeId = u64;
@@ -196,7 +200,8 @@ impl MetadataQuorum {
             }
         }
         tracing::info!(node_id = config.node_id, voters = ?config.voters, "metadata quorum started");
-        Ok(Self {
+        let committed = log.state().committed;
+        let quorum = Self {
             node_id: config.node_id,
             raft,
             sm,
@@ -205,7 +210,17 @@ impl MetadataQuorum {
             voters: config.voters,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             server,
-        })
+        };
+        // openraft re-applies what was committed before the restart; the
+        // image is complete (for the broker's start-up reconciliation) once
+        // it has.
+        if let Some(c) = committed {
+            if let Err(e) = quorum.wait_applied(c.index, STARTUP_APPLY_WAIT).await {
+                let _ = quorum.shutdown().await;
+                return Err(e);
+            }
+        }
+        Ok(quorum)
     }
 
     pub fn node_id(&self) -> NodeId {

@@ -1,0 +1,144 @@
+//! Three combined nodes (`process.roles=broker,controller`) of one
+//! metadata quorum, in process on loopback: changes made through any node
+//! reach every node's image and data folder.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto_kafka::ResponseError;
+use sluice_storage::TopicPartition;
+
+use crate::broker::Broker;
+use crate::config::BrokerConfig;
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..400 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}")
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("blocking task")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_share_metadata_through_the_quorum() {
+    let controllers: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let voters = controllers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut brokers: Vec<Arc<Broker>> = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let mut c = BrokerConfig::default();
+        let listeners = format!(
+            "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
+            free_port(),
+            controllers[i]
+        );
+        for (k, v) in [
+            ("log.dirs", dir.path().display().to_string()),
+            ("node.id", (i + 1).to_string()),
+            ("process.roles", "broker,controller".into()),
+            ("listeners", listeners),
+            ("controller.listener.names", "CONTROLLER".into()),
+            ("controller.quorum.voters", voters.clone()),
+            ("controller.quorum.election.timeout.ms", "300".into()),
+            ("controller.quorum.request.timeout.ms", "5000".into()),
+        ] {
+            c.set(k, &v).expect(k);
+        }
+        brokers.push(blocking(move || Broker::open(c)).await.expect("open"));
+    }
+    let leader = brokers[0]
+        .metadata
+        .quorum()
+        .expect("a quorum")
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .expect("a leader");
+    assert!((1..=3).contains(&leader));
+
+    // Created through node 2: every node's image and data folder has it.
+    let b2 = Arc::clone(&brokers[1]);
+    let t = blocking(move || b2.create_topic("orders", 3, 1, &[], false))
+        .await
+        .expect("created through node 2");
+    assert_eq!(t.partitions.len(), 3);
+    for b in &brokers {
+        eventually("orders on every node", || {
+            b.image().topic("orders").map(|t| t.id) == Some(t.id)
+                && (0..3).all(|p| b.logs.get(&TopicPartition::new("orders", p)).is_some())
+        })
+        .await;
+    }
+
+    // The same name through node 3 is refused by the quorum leader.
+    let b3 = Arc::clone(&brokers[2]);
+    let again = blocking(move || b3.create_topic("orders", 1, 1, &[], false)).await;
+    assert_eq!(
+        again.map(|_| ()).map_err(|e| e.code),
+        Err(ResponseError::TopicAlreadyExists)
+    );
+
+    // Config changes and deletion through node 1 reach the others' logs.
+    let b1 = Arc::clone(&brokers[0]);
+    blocking(move || {
+        b1.alter_topic_configs(
+            "orders",
+            &[("retention.ms".into(), Some("12345".into()))],
+            false,
+            false,
+        )
+    })
+    .await
+    .expect("configs");
+    for b in &brokers {
+        eventually("the config on every node", || {
+            b.logs
+                .get(&TopicPartition::new("orders", 0))
+                .is_some_and(|l| l.config().retention_ms == 12345)
+        })
+        .await;
+    }
+    let b1 = Arc::clone(&brokers[0]);
+    blocking(move || b1.delete_topic("orders"))
+        .await
+        .expect("deleted through node 1");
+    for b in &brokers {
+        eventually("orders gone everywhere", || {
+            b.image().topic("orders").is_none()
+                && (0..3).all(|p| b.logs.get(&TopicPartition::new("orders", p)).is_none())
+        })
+        .await;
+    }
+
+    // Producer id blocks taken through different nodes never overlap.
+    let mut firsts = Vec::new();
+    for b in &brokers {
+        let b = Arc::clone(b);
+        let block = blocking(move || b.metadata.allocate_producer_ids(b.node_id, -1))
+            .await
+            .expect("a block");
+        firsts.push(block.first_id);
+    }
+    firsts.sort_unstable();
+    firsts.dedup();
+    assert_eq!(firsts.len(), 3, "{firsts:?}");
+
+    for b in brokers {
+        blocking(move || b.shutdown()).await.expect("shutdown");
+    }
+}
