@@ -243,6 +243,21 @@ fn batch_entry(index: u64, epoch: i32, control: bool, raw: &[u8]) -> Result<Entr
     })
 }
 
+/// Whether `dir` holds records or snapshots (written without the quorum).
+fn has_single_node_metadata(dir: &Path) -> Result<bool> {
+    let entries = std::fs::read_dir(dir).map_err(io_at(dir))?;
+    for e in entries {
+        let e = e.map_err(io_at(dir))?;
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let size = e.metadata().map_or(0, |m| m.len());
+        if name.ends_with(crate::snapshot::SUFFIX) || (name.ends_with(".log") && size > 0) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 impl LogStore {
     /// Opens the metadata log in `<data_dir>/__cluster_metadata-0` and
     /// rebuilds the index → offsets map from `quorum-state`'s purge point.
@@ -254,7 +269,20 @@ impl LogStore {
         let tp = TopicPartition::new(METADATA_TOPIC, 0);
         let dir = data_dir.join(tp.dir_name());
         std::fs::create_dir_all(&dir).map_err(io_at(&dir))?;
+        let fresh = !dir.join(QUORUM_STATE_FILE).exists();
         let state = QuorumState::load(&dir)?;
+        if fresh && has_single_node_metadata(&dir)? {
+            return Err(ControllerError::Inconsistent(format!(
+                "{} holds the metadata log of a single node (no quorum-state): a quorum \
+                 cannot adopt it yet. Start this node without other voters in \
+                 controller.quorum.voters, or move the folder away to join the quorum empty.",
+                dir.display()
+            )));
+        }
+        if fresh {
+            // From now on the folder is the quorum's.
+            state.store(&dir)?;
+        }
         let log = Arc::new(Log::open(
             &dir,
             tp,

@@ -132,6 +132,7 @@ pub struct MetadataQuorum {
     voters: BTreeMap<NodeId, String>,
     request_timeout: Duration,
     server: JoinHandle<()>,
+    jitter: JoinHandle<()>,
 }
 
 impl std::fmt::Debug for MetadataQuorum {
@@ -175,6 +176,7 @@ impl MetadataQuorum {
         )
         .await
         .map_err(|e| ControllerError::Quorum(format!("starting Raft: {e}")))?;
+        let jitter = tokio::spawn(break_split_votes(raft.clone(), config.election_timeout_ms));
         let proposer = Arc::new(Proposer::new(raft.clone(), sm.clone()));
         let server = network::serve(listener, raft.clone(), Arc::clone(&proposer));
         let initialized = raft
@@ -210,6 +212,7 @@ impl MetadataQuorum {
             voters: config.voters,
             request_timeout: Duration::from_millis(config.request_timeout_ms),
             server,
+            jitter,
         };
         // openraft re-applies what was committed before the restart; the
         // image is complete (for the broker's start-up reconciliation) once
@@ -378,12 +381,51 @@ impl MetadataQuorum {
     /// Stops serving peers and stops Raft; the log is closed.
     pub async fn shutdown(&self) -> Result<()> {
         self.server.abort();
+        self.jitter.abort();
         self.raft
             .shutdown()
             .await
             .map_err(|e| ControllerError::Quorum(format!("stopping Raft: {e}")))?;
         self.log.log().close()?;
         Ok(())
+    }
+}
+
+/// A random duration in `[lo, hi)` (jitter; not for anything secret).
+fn jitter(lo: u64, hi: u64) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    Duration::from_millis(lo + h.finish() % hi.saturating_sub(lo).max(1))
+}
+
+/// openraft draws each node's election timeout once, at start; two
+/// candidates whose timers line up (the old leader gone, both timing out
+/// together under load) can split the vote round after round. A candidate
+/// that still sees no leader after a random pause starts the next election
+/// itself, so the two fall out of step (Kafka's randomized
+/// `controller.quorum.election.backoff.max.ms` plays this part).
+async fn break_split_votes(raft: Raft, election_timeout_ms: u64) {
+    loop {
+        tokio::time::sleep(jitter(election_timeout_ms, election_timeout_ms * 3)).await;
+        let (candidate, leaderless) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            (
+                m.state == openraft::ServerState::Candidate,
+                m.current_leader.is_none(),
+            )
+        };
+        if candidate && leaderless {
+            tracing::debug!("no leader after an election; starting another");
+            if raft.trigger().elect().await.is_err() {
+                return;
+            }
+        }
     }
 }
 

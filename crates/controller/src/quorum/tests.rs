@@ -136,6 +136,24 @@ async fn log_store_appends_batches_with_terms_as_epochs_and_reopens() {
     assert_eq!(state.last_purged_log_id, None);
 }
 
+#[test]
+fn a_single_node_metadata_log_is_not_adopted_by_a_quorum() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let store = crate::MetadataStore::open(dir.path(), MetadataLogConfig::default(), clock())
+            .expect("single node");
+        store.append(&topic_records("a", 1)).expect("append");
+        store.shutdown().expect("shutdown");
+    }
+    let err =
+        LogStore::open(dir.path(), &MetadataLogConfig::default(), clock()).expect_err("refused");
+    assert!(err.to_string().contains("single node"), "{err}");
+    // A fresh folder becomes the quorum's at once (and reopens).
+    let fresh = tempfile::tempdir().expect("tempdir");
+    drop(open_log(fresh.path()));
+    drop(open_log(fresh.path()));
+}
+
 #[tokio::test]
 async fn log_store_truncates_a_conflicting_suffix() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -350,7 +368,7 @@ async fn start(id: NodeId, dir: &Path, voters: &BTreeMap<NodeId, String>) -> Met
 }
 
 async fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    for _ in 0..200 {
+    for _ in 0..400 {
         if let Some(v) = f() {
             return v;
         }
