@@ -11,7 +11,8 @@
 //! The client side ([`Network`], [`Peer`]) keeps one connection per peer,
 //! reconnects after any error, and bounds every call by openraft's RPC
 //! timeout; the server side ([`serve`]) answers one request at a time per
-//! connection and closes idle connections.
+//! connection, serves at most [`MAX_CONNECTIONS`], and closes a connection
+//! with no complete request within [`IDLE_TIMEOUT`].
 
 use std::io;
 use std::sync::Arc;
@@ -39,8 +40,11 @@ use crate::records::MetadataRecord;
 pub const MAX_FRAME: usize = 16 << 20;
 /// Time allowed to connect to a peer.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// A server connection with no request for this long is closed.
+/// A server connection with no complete request for this long is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Controller connections served at once (a voter needs one per peer and
+/// one per forwarding node); further ones are closed at once.
+pub const MAX_CONNECTIONS: usize = 64;
 
 const KIND_VOTE: u8 = 1;
 const KIND_APPEND: u8 = 2;
@@ -73,8 +77,15 @@ pub async fn read_frame(s: &mut TcpStream, max: usize) -> io::Result<Option<Vec<
                 format!("frame of {size} bytes (limit {max})"),
             )
         })?;
-    let mut body = vec![0u8; size];
-    s.read_exact(&mut body).await?;
+    // Grown as bytes arrive: a claimed size alone allocates little.
+    let mut body = Vec::with_capacity(size.min(64 * 1024));
+    (&mut *s).take(size as u64).read_to_end(&mut body).await?;
+    if body.len() != size {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("frame of {size} bytes cut at {}", body.len()),
+        ));
+    }
     Ok(Some(body))
 }
 
@@ -415,6 +426,7 @@ impl RaftNetwork<TypeConfig> for Peer {
 /// `raft` (and forwarded changes with `proposer`) until the task is
 /// aborted.
 pub fn serve(listener: TcpListener, raft: Raft, proposer: Arc<Proposer>) -> JoinHandle<()> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
         loop {
             let (stream, peer) = match listener.accept().await {
@@ -425,6 +437,10 @@ pub fn serve(listener: TcpListener, raft: Raft, proposer: Arc<Proposer>) -> Join
                     continue;
                 }
             };
+            let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                tracing::warn!(%peer, limit = MAX_CONNECTIONS, "too many controller connections; closing");
+                continue;
+            };
             let _ = stream.set_nodelay(true);
             let raft = raft.clone();
             let proposer = Arc::clone(&proposer);
@@ -432,6 +448,7 @@ pub fn serve(listener: TcpListener, raft: Raft, proposer: Arc<Proposer>) -> Join
                 if let Err(e) = serve_connection(stream, raft, proposer).await {
                     tracing::debug!(%peer, error = %e, "controller connection closed");
                 }
+                drop(slot);
             });
         }
     })
@@ -555,4 +572,64 @@ async fn handle(frame: &[u8], raft: &Raft, proposer: &Proposer) -> io::Result<Ve
         }
     };
     Ok(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_over_the_limit_and_cut_frames_are_refused() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = tokio::spawn(async move {
+            let mut out = Vec::new();
+            for _ in 0..3 {
+                let (mut s, _) = listener.accept().await.expect("accept");
+                out.push(read_frame(&mut s, 1024).await.map_err(|e| e.kind()));
+            }
+            out
+        });
+        // A frame claiming 2 GiB - 1, a negative size, then 10 bytes of a
+        // claimed 100 and the connection closed.
+        for bytes in [
+            i32::MAX.to_be_bytes().to_vec(),
+            (-5i32).to_be_bytes().to_vec(),
+            [&100i32.to_be_bytes()[..], &[7u8; 10]].concat(),
+        ] {
+            let mut c = TcpStream::connect(addr).await.expect("connect");
+            c.write_all(&bytes).await.expect("write");
+            drop(c);
+        }
+        let results = server.await.expect("server");
+        assert_eq!(
+            results,
+            vec![
+                Err(io::ErrorKind::InvalidData),
+                Err(io::ErrorKind::InvalidData),
+                Err(io::ErrorKind::UnexpectedEof)
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn truncated_and_unknown_requests_do_not_decode() {
+        // What `handle` decodes before anything reaches Raft: an unknown
+        // kind and truncated requests are errors (the connection closes).
+        for frame in [
+            vec![9u8],
+            vec![KIND_VOTE, 1, 2],
+            vec![KIND_APPEND, 0, 0, 0],
+            vec![KIND_FORWARD, 0xff, 0xff, 0xff, 0xff],
+        ] {
+            let mut r = Reader::new(&frame[1..]);
+            let decoded = match frame[0] {
+                KIND_VOTE => r.vote().map(|_| ()),
+                KIND_APPEND => decode_append_request(&mut r).map(|_| ()),
+                KIND_FORWARD => r.records().map(|_| ()),
+                _ => Err(CodecError("unknown kind".into())),
+            };
+            assert!(decoded.is_err(), "{frame:?}");
+        }
+    }
 }
