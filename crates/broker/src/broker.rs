@@ -39,6 +39,15 @@ impl ApiError {
 
 pub use crate::internal_topics::CONSUMER_OFFSETS_TOPIC;
 
+/// A broker as Metadata and DescribeCluster describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterBroker {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
 /// The running broker (single node: also its own controller).
 #[derive(Debug)]
 pub struct Broker {
@@ -156,6 +165,7 @@ impl Broker {
             .map_err(|e| BrokerError::Malformed(format!("loading transactions: {e:?}")))?;
         broker.logs.start_background();
         crate::metadata_follower::spawn(&broker);
+        crate::metadata_follower::register(&broker);
         // Only now: a snapshot must not be taken before the folders were
         // reconciled with the removals the log tail records.
         broker.metadata.start_background();
@@ -174,10 +184,57 @@ impl Broker {
     }
 
     /// Whether `id` is a broker of the cluster. The one place that says
-    /// so: on a single node only this node's `node.id`; with replication
-    /// the brokers registered in the metadata.
+    /// so: this node's `node.id`, and with the metadata quorum the brokers
+    /// registered in the metadata.
     pub(crate) fn is_broker(&self, id: i32) -> bool {
-        id == self.node_id
+        id == self.node_id || self.image().broker(id).is_some_and(|b| !b.fenced)
+    }
+
+    /// `broker.rack`, if set.
+    pub(crate) fn rack(&self) -> Option<String> {
+        Some(self.config.str("broker.rack")).filter(|r| !r.is_empty())
+    }
+
+    /// The brokers clients are told about (Metadata, DescribeCluster): this
+    /// node, and with the metadata quorum every registered broker that is
+    /// not fenced, at its listener named like the one this node serves.
+    pub(crate) fn cluster_brokers(&self) -> Vec<ClusterBroker> {
+        let mut out = vec![ClusterBroker {
+            id: self.node_id,
+            host: self.advertised.host.clone(),
+            port: i32::from(self.advertised.port),
+            rack: self.rack(),
+        }];
+        for b in self.image().brokers() {
+            if b.id == self.node_id || b.fenced {
+                continue;
+            }
+            let endpoint = b
+                .endpoints
+                .iter()
+                .find(|e| e.name == self.advertised.name)
+                .or_else(|| b.endpoints.first());
+            if let Some(e) = endpoint {
+                out.push(ClusterBroker {
+                    id: b.id,
+                    host: e.host.clone(),
+                    port: i32::from(e.port),
+                    rack: b.rack.clone(),
+                });
+            }
+        }
+        out.sort_by_key(|b| b.id);
+        out
+    }
+
+    /// The controller id clients are given: the metadata quorum's leader
+    /// (every voter is also a broker here), else this node.
+    pub(crate) fn controller_id(&self) -> i32 {
+        self.metadata
+            .quorum()
+            .and_then(|q| q.leader())
+            .and_then(|l| i32::try_from(l).ok())
+            .unwrap_or(self.node_id)
     }
 
     /// Whether `replica_id` may fetch `partition` as a follower: a broker

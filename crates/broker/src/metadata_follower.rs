@@ -41,6 +41,56 @@ pub(crate) fn spawn(broker: &Arc<Broker>) {
     });
 }
 
+/// Registers this node as a broker of the quorum's cluster (Kafka's
+/// BrokerRegistration: a RegisterBrokerRecord with its listener and
+/// `broker.rack`), retrying in the background until a quorum leader takes
+/// it (the first voters to start have no majority yet). The broker epoch is
+/// the registration time in ms, so a restart registers a newer one.
+pub(crate) fn register(broker: &Arc<Broker>) {
+    if broker.metadata.quorum().is_none() {
+        return;
+    }
+    let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let record = sluice_controller::MetadataRecord::RegisterBroker {
+        broker_id: broker.node_id,
+        incarnation_id: uuid::Uuid::new_v4(),
+        broker_epoch: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64),
+        endpoints: vec![sluice_controller::records::BrokerEndpoint {
+            name: broker.advertised.name.clone(),
+            host: broker.advertised.host.clone(),
+            port: broker.advertised.port,
+            security_protocol: 0,
+        }],
+        rack: broker.rack(),
+        fenced: false,
+    };
+    let weak = Arc::downgrade(broker);
+    handle.spawn(async move {
+        loop {
+            let Some(b) = weak.upgrade() else { return };
+            let rec = record.clone();
+            let done =
+                tokio::task::spawn_blocking(move || b.metadata.append(std::slice::from_ref(&rec)))
+                    .await;
+            match done {
+                Ok(Ok(_)) => {
+                    tracing::info!("registered with the metadata quorum");
+                    return;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "broker registration not taken yet; retrying")
+                }
+                Err(e) => tracing::error!(error = %e, "broker registration task failed"),
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
+    });
+}
+
 impl Broker {
     /// Applies the difference between two images to the data folder.
     pub(crate) fn follow_image(&self, prev: &MetadataImage, next: &MetadataImage) {

@@ -25,7 +25,7 @@ pub mod snapshot;
 pub mod store;
 
 pub use error::{ControllerError, Result};
-pub use image::{MetadataImage, PartitionImage, TopicImage};
+pub use image::{BrokerRegistration, MetadataImage, PartitionImage, TopicImage};
 pub use producer_ids::ProducerIdsBlock;
 pub use records::MetadataRecord;
 pub use snapshot::SnapshotId;

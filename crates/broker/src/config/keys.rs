@@ -172,7 +172,7 @@ pub(crate) const BROKER_KEYS: &[Key] = &[
     key("socket.connection.setup.timeout.max.ms", Long, Some("30000"), Any, Network, NO_EFFECT, PUBLIC, "largest timeout of an outgoing connection"),
     key("authorizer.class.name", Str, Some(""), Any, Security, NO_EFFECT, PUBLIC, "authorizer class (empty: everything allowed)"),
     key("early.start.listeners", Str, None, Any, Security, NO_EFFECT, PUBLIC, "listeners started before the authorizer is ready"),
-    key("broker.rack", Str, None, Any, Server, NO_EFFECT, PUBLIC, "rack of this broker"),
+    key("broker.rack", Str, None, Any, Server, USED, PUBLIC, "rack of this broker"),
     key("controlled.shutdown.enable", Bool, Some("true"), Any, Server, NO_EFFECT, PUBLIC, "move leadership away before shutting down"),
     key("delete.topic.enable", Bool, Some("true"), Any, Server, USED, PUBLIC, "allow DeleteTopics"),
     key("compression.type", Str, Some("producer"), OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]), Log, USED, PUBLIC, "default compression.type: producer, uncompressed, gzip, snappy, lz4 or zstd"),

@@ -57,6 +57,7 @@ async fn three_nodes_share_metadata_through_the_quorum() {
             ("controller.quorum.voters", voters.clone()),
             ("controller.quorum.election.timeout.ms", "300".into()),
             ("controller.quorum.request.timeout.ms", "5000".into()),
+            ("broker.rack", format!("rack-{}", i % 2)),
         ] {
             c.set(k, &v).expect(k);
         }
@@ -70,6 +71,25 @@ async fn three_nodes_share_metadata_through_the_quorum() {
         .await
         .expect("a leader");
     assert!((1..=3).contains(&leader));
+
+    // Every node registers; Metadata and DescribeCluster then name all
+    // three brokers, and the quorum leader as controller.
+    for b in &brokers {
+        eventually("three registered brokers", || {
+            let listed = b.cluster_brokers();
+            listed.len() == 3
+                && listed
+                    .iter()
+                    .zip(&brokers)
+                    .all(|(c, o)| c.id == o.node_id && c.port == i32::from(o.advertised.port))
+        })
+        .await;
+        eventually("the controller id", || {
+            i64::from(b.controller_id()) == leader as i64
+        })
+        .await;
+        assert!(b.is_broker(1) && b.is_broker(2) && b.is_broker(3) && !b.is_broker(4));
+    }
 
     // Created through node 2: every node's image and data folder has it.
     let b2 = Arc::clone(&brokers[1]);
