@@ -210,7 +210,12 @@ impl MetadataQuorum {
             log,
             proposer,
             voters: config.voters,
-            request_timeout: Duration::from_millis(config.request_timeout_ms),
+            // A change waits out a failover: followers keep the old
+            // leader's lease, then time out (up to twice the election
+            // timeout), then elect.
+            request_timeout: Duration::from_millis(
+                config.request_timeout_ms + 4 * config.election_timeout_ms,
+            ),
             server,
             jitter,
         };
@@ -322,7 +327,8 @@ impl MetadataQuorum {
     /// node, or the leader it forwards to) and returns this node's image
     /// once it includes the change. Fails with
     /// [`ControllerError::NotController`] when no leader answers within
-    /// the request timeout.
+    /// the request timeout plus four election timeouts (time for a
+    /// failover).
     pub async fn write(&self, records: Vec<MetadataRecord>) -> Result<Arc<MetadataImage>> {
         if records.is_empty() {
             return Ok(self.image());
