@@ -1,12 +1,14 @@
 //! The metadata quorum behind [`crate::MetadataStore`]'s synchronous API:
-//! the broker's change paths (run on blocking threads) call `append` as
-//! before; here it runs the quorum write on the runtime and waits.
+//! the broker's change paths (on blocking threads, or in `block_in_place`)
+//! call `append` as before; here it runs the quorum write on the runtime
+//! and waits. A multi-threaded runtime is required (on a current-thread
+//! runtime the waiting thread would be the one the write needs).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use sluice_storage::{Clock, Log};
-use tokio::runtime::Handle;
+use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::{MetadataQuorum, QuorumConfig};
 use crate::error::{ControllerError, Result};
@@ -32,8 +34,17 @@ fn run_on<T: Send + 'static>(
     handle.spawn(async move {
         let _ = tx.send(fut.await);
     });
-    rx.recv()
-        .map_err(|_| ControllerError::Quorum("the runtime stopped".into()))
+    let wait = || {
+        rx.recv()
+            .map_err(|_| ControllerError::Quorum("the runtime stopped".into()))
+    };
+    match Handle::try_current() {
+        // On an async worker: hand its other tasks away while waiting.
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(wait)
+        }
+        _ => wait(),
+    }
 }
 
 impl QuorumBackend {
@@ -46,6 +57,12 @@ impl QuorumBackend {
         handle: Handle,
         clock: Arc<dyn Clock>,
     ) -> Result<Self> {
+        if handle.runtime_flavor() != RuntimeFlavor::MultiThread {
+            // A change waits for the runtime from the change's own thread.
+            return Err(ControllerError::Quorum(
+                "the metadata quorum needs a multi-threaded async runtime".into(),
+            ));
+        }
         let dir = data_dir.to_path_buf();
         let quorum = run_on(&handle, async move {
             listener
