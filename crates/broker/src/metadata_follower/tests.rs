@@ -158,6 +158,50 @@ async fn three_nodes_share_metadata_through_the_quorum() {
     firsts.dedup();
     assert_eq!(firsts.len(), 3, "{firsts:?}");
 
+    // A topic with data on the quorum leader's node; the leader stops.
+    let li = brokers
+        .iter()
+        .position(|b| i64::from(b.node_id) == leader as i64)
+        .expect("the leader's broker");
+    let bl = Arc::clone(&brokers[li]);
+    let kept = blocking(move || bl.create_topic("kept", 1, 1, &[], false))
+        .await
+        .expect("kept");
+    let stopped = brokers.remove(li);
+    let stopped_config = stopped.config.clone();
+    blocking(move || stopped.shutdown())
+        .await
+        .expect("shutdown");
+    // The two others elect a leader and take changes.
+    let b0 = Arc::clone(&brokers[0]);
+    blocking(move || b0.create_topic("while-down", 2, 1, &[], false))
+        .await
+        .expect("created with two of three nodes");
+    // The stopped node restarts on its folder: its own topic's folder is
+    // kept (not set aside as a stray), and it catches up with the change
+    // made while it was down.
+    let back = blocking(move || Broker::open(stopped_config))
+        .await
+        .expect("reopen");
+    assert_eq!(back.image().topic("kept").map(|t| t.id), Some(kept.id));
+    assert!(back.logs.get(&TopicPartition::new("kept", 0)).is_some());
+    eventually("the restarted node catches up", || {
+        back.image().topic("while-down").is_some()
+            && (0..2).all(|p| {
+                back.logs
+                    .get(&TopicPartition::new("while-down", p))
+                    .is_some()
+            })
+    })
+    .await;
+    let strays = std::fs::read_dir(dirs[li].path())
+        .expect("data folder")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with("-stray"))
+        .count();
+    assert_eq!(strays, 0);
+    brokers.push(back);
+
     for b in brokers {
         blocking(move || b.shutdown()).await.expect("shutdown");
     }
