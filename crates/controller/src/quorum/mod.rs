@@ -197,6 +197,8 @@ impl MetadataQuorum {
                 }
                 Err(e) => {
                     server.abort();
+                    jitter.abort();
+                    let _ = raft.shutdown().await;
                     return Err(ControllerError::Quorum(format!("initializing: {e}")));
                 }
             }
