@@ -88,6 +88,25 @@ impl MetadataImage {
                     },
                 );
             }
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id,
+                broker_epoch,
+                fenced,
+            } => {
+                // Only for the registration it names (Kafka checks the
+                // epoch too).
+                if let Some(b) = self
+                    .brokers
+                    .get_mut(broker_id)
+                    .filter(|b| b.epoch == *broker_epoch)
+                {
+                    match fenced {
+                        1 => b.fenced = true,
+                        -1 => b.fenced = false,
+                        _ => {}
+                    }
+                }
+            }
             MetadataRecord::Topic { name, topic_id } => {
                 self.names.insert(*topic_id, name.clone());
                 self.topics.insert(
@@ -356,6 +375,18 @@ mod tests {
             });
         }
         assert_eq!(img.brokers().count(), 2);
+        // Fencing names the registration's epoch; another epoch is ignored.
+        let change = |epoch, fenced| MetadataRecord::BrokerRegistrationChange {
+            broker_id: 2,
+            broker_epoch: epoch,
+            fenced,
+        };
+        img.apply(&change(4, 1));
+        assert!(!img.broker(2).expect("2").fenced);
+        img.apply(&change(5, 1));
+        assert!(img.broker(2).expect("2").fenced);
+        img.apply(&change(5, 0));
+        assert!(img.broker(2).expect("2").fenced);
         img.apply(&MetadataRecord::Config {
             resource_type: RESOURCE_BROKER,
             resource_name: String::new(),

@@ -8,6 +8,7 @@
 //!
 //! | apiKey | record | fields (version 0) |
 //! |---:|---|---|
+//! | 17 | BrokerRegistrationChangeRecord | BrokerId, BrokerEpoch; tagged field 0: Fenced (int8: 1 fenced, -1 unfenced, 0 no change) |
 //! | 0 | RegisterBrokerRecord | BrokerId, IncarnationId, BrokerEpoch, EndPoints (Name, Host, Port, SecurityProtocol), Features (none written; skipped on reading), Rack (nullable), Fenced |
 //! | 2 | TopicRecord | Name, TopicId |
 //! | 3 | PartitionRecord | PartitionId, TopicId, Replicas, Isr, RemovingReplicas, AddingReplicas, Leader, LeaderEpoch, PartitionEpoch |
@@ -48,6 +49,12 @@ pub enum MetadataRecord {
         rack: Option<String>,
         fenced: bool,
     },
+    /// A registered broker was fenced (`fenced` 1) or unfenced (-1).
+    BrokerRegistrationChange {
+        broker_id: i32,
+        broker_epoch: i64,
+        fenced: i8,
+    },
     Topic {
         name: String,
         topic_id: Uuid,
@@ -85,6 +92,7 @@ impl MetadataRecord {
     fn api_key(&self) -> u64 {
         match self {
             Self::RegisterBroker { .. } => 0,
+            Self::BrokerRegistrationChange { .. } => 17,
             Self::Topic { .. } => 2,
             Self::Partition { .. } => 3,
             Self::Config { .. } => 4,
@@ -122,6 +130,22 @@ impl MetadataRecord {
                 put_uvarint(&mut w, 1); // no features
                 put_compact_str(&mut w, rack.as_deref());
                 w.push(u8::from(*fenced));
+            }
+            Self::BrokerRegistrationChange {
+                broker_id,
+                broker_epoch,
+                fenced,
+            } => {
+                w.extend_from_slice(&broker_id.to_be_bytes());
+                w.extend_from_slice(&broker_epoch.to_be_bytes());
+                if *fenced != 0 {
+                    // One tagged field: tag 0, one byte.
+                    put_uvarint(&mut w, 1);
+                    put_uvarint(&mut w, 0);
+                    put_uvarint(&mut w, 1);
+                    w.push(*fenced as u8);
+                    return w;
+                }
             }
             Self::Topic { name, topic_id } => {
                 put_compact_str(&mut w, Some(name));
@@ -226,6 +250,24 @@ impl MetadataRecord {
                     rack,
                     fenced,
                 }
+            }
+            17 => {
+                let broker_id = r.i32()?;
+                let broker_epoch = r.i64()?;
+                let mut fenced = 0i8;
+                for _ in 0..r.uvarint()? {
+                    let tag = r.uvarint()?;
+                    let len = r.uvarint()? as usize;
+                    let v = r.take(len)?;
+                    if tag == 0 && len == 1 {
+                        fenced = v[0] as i8;
+                    }
+                }
+                return Ok(Self::BrokerRegistrationChange {
+                    broker_id,
+                    broker_epoch,
+                    fenced,
+                });
             }
             2 => Self::Topic {
                 name: r.compact_str()?.ok_or_else(|| bad("null topic name"))?,
@@ -486,6 +528,21 @@ mod tests {
                 broker_id: 1,
                 broker_epoch: -1,
                 next_producer_id: 3000,
+            },
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id: 2,
+                broker_epoch: 77,
+                fenced: 1,
+            },
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id: 2,
+                broker_epoch: 77,
+                fenced: 0,
+            },
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id: 2,
+                broker_epoch: 77,
+                fenced: -1,
             },
             MetadataRecord::RegisterBroker {
                 broker_id: 2,

@@ -190,7 +190,7 @@ pub(crate) const BROKER_KEYS: &[Key] = &[
     key("node.id", Int, Some("1"), Any, KRaft, USED, PUBLIC, "this node's id"),
     key("initial.broker.registration.timeout.ms", Int, Some("60000"), Any, KRaft, NO_EFFECT, PUBLIC, "wait for the first broker registration"),
     key("broker.heartbeat.interval.ms", Int, Some("2000"), Any, KRaft, NO_EFFECT, PUBLIC, "broker heartbeat interval to the controller"),
-    key("broker.session.timeout.ms", Int, Some("9000"), Any, KRaft, NO_EFFECT, PUBLIC, "broker lease without heartbeats"),
+    key("broker.session.timeout.ms", Int, Some("9000"), Any, KRaft, USED, PUBLIC, "broker lease without heartbeats"),
     key("controller.listener.names", Str, None, Any, KRaft, USED, PUBLIC, "listeners the controller uses"),
     key("sasl.mechanism.controller.protocol", Str, Some("GSSAPI"), Any, KRaft, NO_EFFECT, PUBLIC, "SASL mechanism to reach the controller"),
     key("metadata.log.dir", Str, None, Any, KRaft, NO_EFFECT, PUBLIC, "folder of the metadata log (default: the first log dir)"),

@@ -110,6 +110,7 @@ impl BrokerConfig {
         c.election_timeout_ms = election;
         c.heartbeat_interval_ms = (election / 5).max(5);
         c.request_timeout_ms = self.int("controller.quorum.request.timeout.ms").max(1) as u64;
+        c.broker_session_timeout_ms = self.int("broker.session.timeout.ms").max(10) as u64;
         c.log = self.metadata_log_config()?;
         Ok(Some((c, listener)))
     }

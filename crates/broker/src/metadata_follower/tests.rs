@@ -58,6 +58,7 @@ async fn three_nodes_share_metadata_through_the_quorum() {
             ("controller.quorum.election.timeout.ms", "300".into()),
             ("controller.quorum.request.timeout.ms", "5000".into()),
             ("broker.rack", format!("rack-{}", i % 2)),
+            ("broker.session.timeout.ms", "1000".into()),
         ] {
             c.set(k, &v).expect(k);
         }
@@ -172,7 +173,16 @@ async fn three_nodes_share_metadata_through_the_quorum() {
     blocking(move || stopped.shutdown())
         .await
         .expect("shutdown");
-    // The two others elect a leader and take changes.
+    // The two others elect a leader, which fences the silent broker: it
+    // leaves the broker lists.
+    let stopped_id = i32::try_from(leader).expect("id");
+    for b in &brokers {
+        eventually("the stopped broker fenced", || {
+            b.cluster_brokers().len() == 2 && !b.is_broker(stopped_id)
+        })
+        .await;
+    }
+    // And they take changes.
     let b0 = Arc::clone(&brokers[0]);
     blocking(move || b0.create_topic("while-down", 2, 1, &[], false))
         .await
@@ -194,6 +204,13 @@ async fn three_nodes_share_metadata_through_the_quorum() {
             })
     })
     .await;
+    // Registered again, it is listed again everywhere.
+    for b in brokers.iter().chain(std::iter::once(&back)) {
+        eventually("the restarted broker listed", || {
+            b.cluster_brokers().len() == 3
+        })
+        .await;
+    }
     let strays = std::fs::read_dir(dirs[li].path())
         .expect("data folder")
         .filter_map(|e| e.ok())

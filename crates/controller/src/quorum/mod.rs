@@ -86,6 +86,10 @@ pub struct QuorumConfig {
     /// Entries kept in the log below the newest snapshot (for followers
     /// that are a little behind; beyond, they get the snapshot).
     pub entries_kept_after_snapshot: u64,
+    /// `broker.session.timeout.ms`: a registered broker (every voter is
+    /// one) that has not answered the leader's heartbeats for this long is
+    /// fenced; it is unfenced when it answers again.
+    pub broker_session_timeout_ms: u64,
     pub log: MetadataLogConfig,
 }
 
@@ -101,6 +105,7 @@ impl QuorumConfig {
             request_timeout_ms: 2000,
             snapshot_every_entries: 1000,
             entries_kept_after_snapshot: 100,
+            broker_session_timeout_ms: 9000,
             log: MetadataLogConfig::default(),
         }
     }
@@ -133,6 +138,7 @@ pub struct MetadataQuorum {
     request_timeout: Duration,
     server: JoinHandle<()>,
     jitter: JoinHandle<()>,
+    fencer: JoinHandle<()>,
 }
 
 impl std::fmt::Debug for MetadataQuorum {
@@ -167,10 +173,12 @@ impl MetadataQuorum {
         let raft_config = Arc::new(config.raft_config()?);
         let log = LogStore::open(data_dir, &config.log, Arc::clone(&clock))?;
         let sm = StateMachine::open(log.clone(), clock)?;
+        let network = Network::default();
+        let liveness = Arc::clone(&network.liveness);
         let raft = Raft::new(
             config.node_id,
             raft_config,
-            Network,
+            network,
             log.clone(),
             sm.clone(),
         )
@@ -179,6 +187,14 @@ impl MetadataQuorum {
         let jitter = tokio::spawn(break_split_votes(raft.clone(), config.election_timeout_ms));
         let proposer = Arc::new(Proposer::new(raft.clone(), sm.clone()));
         let server = network::serve(listener, raft.clone(), Arc::clone(&proposer));
+        let fencer = tokio::spawn(fence_silent_brokers(
+            config.node_id,
+            raft.clone(),
+            sm.clone(),
+            Arc::clone(&proposer),
+            liveness,
+            Duration::from_millis(config.broker_session_timeout_ms.max(10)),
+        ));
         let initialized = raft
             .is_initialized()
             .await
@@ -198,6 +214,7 @@ impl MetadataQuorum {
                 Err(e) => {
                     server.abort();
                     jitter.abort();
+                    fencer.abort();
                     let _ = raft.shutdown().await;
                     return Err(ControllerError::Quorum(format!("initializing: {e}")));
                 }
@@ -220,6 +237,7 @@ impl MetadataQuorum {
             ),
             server,
             jitter,
+            fencer,
         };
         // openraft re-applies what was committed before the restart; the
         // image is complete (for the broker's start-up reconciliation) once
@@ -390,12 +408,85 @@ impl MetadataQuorum {
     pub async fn shutdown(&self) -> Result<()> {
         self.server.abort();
         self.jitter.abort();
+        self.fencer.abort();
         self.raft
             .shutdown()
             .await
             .map_err(|e| ControllerError::Quorum(format!("stopping Raft: {e}")))?;
         self.log.log().close()?;
         Ok(())
+    }
+}
+
+/// Kafka's broker sessions, with Raft's heartbeats as the broker
+/// heartbeats (every broker here is a voter): while this node leads, a
+/// registered broker that has not answered its AppendEntries for the
+/// session timeout is fenced (BrokerRegistrationChangeRecord, fenced 1) —
+/// Metadata and DescribeCluster then leave it out — and unfenced (-1) when
+/// it answers again. For a session timeout after becoming leader nobody is
+/// fenced (the new leader has not heard from anyone yet).
+async fn fence_silent_brokers(
+    node_id: NodeId,
+    raft: Raft,
+    sm: StateMachine,
+    proposer: Arc<Proposer>,
+    liveness: Arc<network::Liveness>,
+    session: Duration,
+) {
+    let mut led_since: Option<(u64, Instant)> = None;
+    loop {
+        tokio::time::sleep((session / 4).max(Duration::from_millis(20))).await;
+        let (leader, term) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            (m.state == openraft::ServerState::Leader, m.current_term)
+        };
+        if !leader {
+            led_since = None;
+            continue;
+        }
+        let since = match led_since {
+            Some((t, at)) if t == term => at,
+            _ => {
+                led_since = Some((term, Instant::now()));
+                continue;
+            }
+        };
+        if since.elapsed() < session {
+            continue;
+        }
+        let image = sm.applied().image;
+        for b in image.brokers() {
+            let Ok(id) = NodeId::try_from(b.id) else {
+                continue;
+            };
+            if id == node_id {
+                continue;
+            }
+            let alive = liveness.last_ack(id).is_some_and(|t| t.elapsed() < session);
+            let fenced = match (b.fenced, alive) {
+                (false, false) => 1,
+                (true, true) => -1,
+                _ => continue,
+            };
+            let change = MetadataRecord::BrokerRegistrationChange {
+                broker_id: b.id,
+                broker_epoch: b.epoch,
+                fenced,
+            };
+            match proposer.propose(vec![change]).await {
+                Ok(_) => tracing::info!(
+                    broker = b.id,
+                    fenced = fenced == 1,
+                    "broker {} after its heartbeats {}",
+                    if fenced == 1 { "fenced" } else { "unfenced" },
+                    if fenced == 1 { "stopped" } else { "resumed" }
+                ),
+                Err(e) => {
+                    tracing::debug!(broker = b.id, error = ?e, "broker session change not committed")
+                }
+            }
+        }
     }
 }
 

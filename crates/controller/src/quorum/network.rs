@@ -157,15 +157,44 @@ fn decode_append_request(
 
 // ----------------------------------------------------------------- client
 
+/// When each peer last answered this node's AppendEntries (Raft's
+/// heartbeats): the leader's view of which voters are alive.
+#[derive(Debug, Default)]
+pub struct Liveness {
+    last_ack: std::sync::Mutex<std::collections::HashMap<NodeId, std::time::Instant>>,
+}
+
+impl Liveness {
+    fn ack(&self, id: NodeId) {
+        self.last_ack
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, std::time::Instant::now());
+    }
+
+    /// When `id` last answered, if ever.
+    pub fn last_ack(&self, id: NodeId) -> Option<std::time::Instant> {
+        self.last_ack
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .copied()
+    }
+}
+
 /// Creates a [`Peer`] per voter (openraft's network factory).
 #[derive(Debug, Clone, Default)]
-pub struct Network;
+pub struct Network {
+    pub liveness: Arc<Liveness>,
+}
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
-        Peer::new(target, node.addr.clone())
+        let mut p = Peer::new(target, node.addr.clone());
+        p.liveness = Some(Arc::clone(&self.liveness));
+        p
     }
 }
 
@@ -201,6 +230,7 @@ pub struct Peer {
     target: NodeId,
     addr: String,
     conn: Option<TcpStream>,
+    liveness: Option<Arc<Liveness>>,
 }
 
 impl Peer {
@@ -209,6 +239,7 @@ impl Peer {
             target,
             addr,
             conn: None,
+            liveness: None,
         }
     }
 
@@ -370,7 +401,11 @@ impl RaftNetwork<TypeConfig> for Peer {
             .call(&w.buf, option.hard_ttl())
             .await
             .map_err(|e| self.rpc_error(e))?;
-        decode_or(self, &body, decode_append_response)
+        let resp = decode_or(self, &body, decode_append_response)?;
+        if let Some(l) = &self.liveness {
+            l.ack(self.target);
+        }
+        Ok(resp)
     }
 
     async fn install_snapshot(
