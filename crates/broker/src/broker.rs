@@ -39,6 +39,15 @@ impl ApiError {
 
 pub use crate::internal_topics::CONSUMER_OFFSETS_TOPIC;
 
+/// A broker as Metadata and DescribeCluster describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterBroker {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
 /// The running broker (single node: also its own controller).
 #[derive(Debug)]
 pub struct Broker {
@@ -98,11 +107,33 @@ impl Broker {
         tracing::info!(partitions = logs.logs().len(), "logs loaded");
         // The metadata log lives beside the partitions but outside the log
         // manager: no retention or cleaner ever sees it.
-        let metadata = MetadataStore::open(
-            &dir,
-            config.metadata_log_config()?,
-            Arc::new(sluice_storage::SystemClock),
-        )?;
+        let metadata = match config.quorum_config()? {
+            None => MetadataStore::open(
+                &dir,
+                config.metadata_log_config()?,
+                Arc::new(sluice_storage::SystemClock),
+            )?,
+            // A voter of the metadata quorum (design 018): the log is the
+            // quorum's, its controller serves the CONTROLLER listener.
+            Some((qc, l)) => {
+                let handle = tokio::runtime::Handle::try_current().map_err(|_| {
+                    BrokerError::Malformed(
+                        "the metadata quorum needs the server's async runtime".into(),
+                    )
+                })?;
+                let addr = format!("{}:{}", l.host, l.port);
+                let listener = std::net::TcpListener::bind(&addr)
+                    .map_err(|e| io(format!("controller listener {addr}"), e))?;
+                tracing::info!(listener = %addr, node_id = qc.node_id, voters = ?qc.voters, "starting the metadata quorum");
+                MetadataStore::open_quorum(
+                    &dir,
+                    qc,
+                    listener,
+                    handle,
+                    Arc::new(sluice_storage::SystemClock),
+                )?
+            }
+        };
         let advertised = config.advertised_listener()?;
         let fetch_sessions = crate::fetch_session::FetchSessionCache::from_settings(&settings);
         let groups = crate::groups::Groups::new(&settings, node_id);
@@ -133,6 +164,8 @@ impl Broker {
             .load_all(&broker)
             .map_err(|e| BrokerError::Malformed(format!("loading transactions: {e:?}")))?;
         broker.logs.start_background();
+        crate::metadata_follower::spawn(&broker);
+        crate::metadata_follower::register(&broker);
         // Only now: a snapshot must not be taken before the folders were
         // reconciled with the removals the log tail records.
         broker.metadata.start_background();
@@ -151,10 +184,57 @@ impl Broker {
     }
 
     /// Whether `id` is a broker of the cluster. The one place that says
-    /// so: on a single node only this node's `node.id`; with replication
-    /// the brokers registered in the metadata.
+    /// so: this node's `node.id`, and with the metadata quorum the brokers
+    /// registered in the metadata.
     pub(crate) fn is_broker(&self, id: i32) -> bool {
-        id == self.node_id
+        id == self.node_id || self.image().broker(id).is_some_and(|b| !b.fenced)
+    }
+
+    /// `broker.rack`, if set.
+    pub(crate) fn rack(&self) -> Option<String> {
+        Some(self.config.str("broker.rack")).filter(|r| !r.is_empty())
+    }
+
+    /// The brokers clients are told about (Metadata, DescribeCluster): this
+    /// node, and with the metadata quorum every registered broker that is
+    /// not fenced, at its listener named like the one this node serves.
+    pub(crate) fn cluster_brokers(&self) -> Vec<ClusterBroker> {
+        let mut out = vec![ClusterBroker {
+            id: self.node_id,
+            host: self.advertised.host.clone(),
+            port: i32::from(self.advertised.port),
+            rack: self.rack(),
+        }];
+        for b in self.image().brokers() {
+            if b.id == self.node_id || b.fenced {
+                continue;
+            }
+            let endpoint = b
+                .endpoints
+                .iter()
+                .find(|e| e.name == self.advertised.name)
+                .or_else(|| b.endpoints.first());
+            if let Some(e) = endpoint {
+                out.push(ClusterBroker {
+                    id: b.id,
+                    host: e.host.clone(),
+                    port: i32::from(e.port),
+                    rack: b.rack.clone(),
+                });
+            }
+        }
+        out.sort_by_key(|b| b.id);
+        out
+    }
+
+    /// The controller id clients are given: the metadata quorum's leader
+    /// (every voter is also a broker here), else this node.
+    pub(crate) fn controller_id(&self) -> i32 {
+        self.metadata
+            .quorum()
+            .and_then(|q| q.leader())
+            .and_then(|l| i32::try_from(l).ok())
+            .unwrap_or(self.node_id)
     }
 
     /// Whether `replica_id` may fetch `partition` as a follower: a broker
@@ -191,7 +271,7 @@ impl Broker {
     }
 
     /// Leads what the metadata image says this node leads.
-    fn sync_partitions(&self) {
+    pub(crate) fn sync_partitions(&self) {
         let image = self.image();
         self.partitions
             .sync(&image, self.node_id, |tp| self.logs.get(tp));
@@ -282,7 +362,7 @@ impl Broker {
                 .cloned()
                 .ok_or_else(|| ApiError::code(ResponseError::UnknownServerError));
         }
-        let image = self.metadata.append(&records).map_err(internal)?;
+        let image = self.metadata.append(&records).map_err(metadata_error)?;
         for p in 0..partitions {
             let tp = TopicPartition::new(name, p);
             self.create_partition_log(&tp, topic_id, log_config.clone())
@@ -364,7 +444,7 @@ impl Broker {
             .map(|p| self.partition_record(t.id, p))
             .collect();
         let config = self.log_config(t).map_err(internal)?;
-        self.metadata.append(&records).map_err(internal)?;
+        self.metadata.append(&records).map_err(metadata_error)?;
         for p in current..count {
             self.create_partition_log(&TopicPartition::new(name, p), t.id, config.clone())
                 .map_err(internal)?;
@@ -388,7 +468,7 @@ impl Broker {
         };
         self.metadata
             .append(&[MetadataRecord::RemoveTopic { topic_id: t.id }])
-            .map_err(internal)?;
+            .map_err(metadata_error)?;
         self.sync_partitions();
         for &p in t.partitions.keys() {
             self.logs
@@ -540,7 +620,7 @@ impl Broker {
                 value: next.get(k).cloned(),
             })
             .collect();
-        self.metadata.append(&records).map_err(internal)?;
+        self.metadata.append(&records).map_err(metadata_error)?;
         for &p in t.partitions.keys() {
             if let Some(log) = self.log(name, p) {
                 log.set_config(config.clone());
@@ -554,6 +634,19 @@ impl Broker {
             );
         }
         Ok(())
+    }
+}
+
+/// A failed metadata change as Kafka answers it: with the quorum, the
+/// leader's checks (a name taken, a topic gone meanwhile) and the absence
+/// of a leader (NOT_CONTROLLER) have codes of their own.
+fn metadata_error(e: sluice_controller::ControllerError) -> ApiError {
+    use sluice_controller::ControllerError as E;
+    match e {
+        E::TopicExists(m) => ApiError::new(ResponseError::TopicAlreadyExists, m),
+        E::Conflict(m) => ApiError::new(ResponseError::UnknownTopicOrPartition, m),
+        E::NotController(m) => ApiError::new(ResponseError::NotController, m),
+        e => internal(e),
     }
 }
 

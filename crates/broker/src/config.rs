@@ -21,6 +21,7 @@
 
 mod docs;
 mod keys;
+mod quorum;
 mod settings;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -526,6 +527,7 @@ impl BrokerConfig {
         }
         self.log_config()?;
         self.metadata_log_config()?;
+        self.quorum_config()?;
         crate::limits::validate(&Settings::from_config(self)?)?;
         Ok(())
     }
@@ -589,7 +591,7 @@ impl BrokerConfig {
     }
 
     /// Names of the controller's listeners (`controller.listener.names`).
-    fn controller_listeners(&self) -> BTreeSet<String> {
+    pub(crate) fn controller_listeners(&self) -> BTreeSet<String> {
         list_items(&self.str("controller.listener.names"))
             .into_iter()
             .map(str::to_ascii_uppercase)

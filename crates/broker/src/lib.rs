@@ -20,6 +20,8 @@
 //! - `txn_coordinator`: the transaction coordinator runtime over
 //!   `sluice-coordinator` (shards per `__transaction_state` partition,
 //!   markers, timers); `txn_markers`: the marker write path.
+//! - `metadata_follower`: with the metadata quorum (design 018), the data
+//!   folder follows every committed metadata change, whoever made it.
 //! - `blocking`: disk work kept off the async workers.
 //! - `producer_ids`: producer ids for InitProducerId, in blocks recorded
 //!   in the metadata log.
@@ -39,6 +41,7 @@ mod groups;
 mod handlers;
 pub mod internal_topics;
 mod limits;
+mod metadata_follower;
 mod partition;
 mod producer_ids;
 mod reconcile;

@@ -29,6 +29,20 @@ pub enum ControllerError {
     /// image (start-up refuses rather than run with topics missing).
     #[error("metadata is incomplete: {0}")]
     Inconsistent(String),
+    /// The metadata quorum failed (Raft, its settings, its transport).
+    #[error("metadata quorum: {0}")]
+    Quorum(String),
+    /// The quorum leader refused a change that would create a topic whose
+    /// name exists (TOPIC_ALREADY_EXISTS).
+    #[error("{0}")]
+    TopicExists(String),
+    /// The quorum leader refused a change made against an outdated image
+    /// (a topic already removed, a producer id block already handed out).
+    #[error("metadata change conflicts with the current image: {0}")]
+    Conflict(String),
+    /// No quorum leader could take a change (Kafka's NOT_CONTROLLER).
+    #[error("not the controller: {0}")]
+    NotController(String),
     /// Every producer id has been handed out.
     #[error("producer ids exhausted: {0}")]
     ProducerIdsExhausted(String),

@@ -4,7 +4,18 @@ use std::collections::{BTreeMap, HashMap};
 
 use uuid::Uuid;
 
-use crate::records::{MetadataRecord, RESOURCE_BROKER, RESOURCE_TOPIC};
+use crate::records::{BrokerEndpoint, MetadataRecord, RESOURCE_BROKER, RESOURCE_TOPIC};
+
+/// A registered broker (its last RegisterBrokerRecord).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerRegistration {
+    pub id: i32,
+    pub incarnation_id: Uuid,
+    pub epoch: i64,
+    pub endpoints: Vec<BrokerEndpoint>,
+    pub rack: Option<String>,
+    pub fenced: bool,
+}
 
 /// One partition's placement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +44,8 @@ pub struct MetadataImage {
     topics: BTreeMap<String, TopicImage>,
     names: HashMap<Uuid, String>,
     broker_configs: BTreeMap<String, String>,
+    /// Registered brokers by id.
+    brokers: BTreeMap<i32, BrokerRegistration>,
     /// The first producer id of the next block (Kafka's
     /// `ProducerIdsImage.nextProducerId`); -1 while no block was given out.
     next_producer_id: i64,
@@ -44,6 +57,7 @@ impl Default for MetadataImage {
             topics: BTreeMap::new(),
             names: HashMap::new(),
             broker_configs: BTreeMap::new(),
+            brokers: BTreeMap::new(),
             next_producer_id: -1,
         }
     }
@@ -54,6 +68,45 @@ impl MetadataImage {
     /// topic removed earlier in the same log).
     pub fn apply(&mut self, rec: &MetadataRecord) {
         match rec {
+            MetadataRecord::RegisterBroker {
+                broker_id,
+                incarnation_id,
+                broker_epoch,
+                endpoints,
+                rack,
+                fenced,
+            } => {
+                self.brokers.insert(
+                    *broker_id,
+                    BrokerRegistration {
+                        id: *broker_id,
+                        incarnation_id: *incarnation_id,
+                        epoch: *broker_epoch,
+                        endpoints: endpoints.clone(),
+                        rack: rack.clone(),
+                        fenced: *fenced,
+                    },
+                );
+            }
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id,
+                broker_epoch,
+                fenced,
+            } => {
+                // Only for the registration it names (Kafka checks the
+                // epoch too).
+                if let Some(b) = self
+                    .brokers
+                    .get_mut(broker_id)
+                    .filter(|b| b.epoch == *broker_epoch)
+                {
+                    match fenced {
+                        1 => b.fenced = true,
+                        -1 => b.fenced = false,
+                        _ => {}
+                    }
+                }
+            }
             MetadataRecord::Topic { name, topic_id } => {
                 self.names.insert(*topic_id, name.clone());
                 self.topics.insert(
@@ -154,17 +207,37 @@ impl MetadataImage {
         self.topics.values()
     }
 
+    /// Registered brokers, by id.
+    pub fn brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values()
+    }
+
+    pub fn broker(&self, id: i32) -> Option<&BrokerRegistration> {
+        self.brokers.get(&id)
+    }
+
     pub fn broker_configs(&self) -> &BTreeMap<String, String> {
         &self.broker_configs
     }
 
     /// The records that rebuild this image from nothing (what a snapshot
-    /// holds): per topic its TopicRecord, ConfigRecords and
+    /// holds): the broker registrations, per topic its TopicRecord, ConfigRecords and
     /// PartitionRecords, then the broker configs (cluster default, resource
     /// name ""), then the next producer id once one was handed out (broker
     /// id and epoch -1, as Kafka's `ProducerIdsImage.write`).
     pub fn to_records(&self) -> Vec<MetadataRecord> {
-        let mut out = Vec::new();
+        let mut out: Vec<MetadataRecord> = self
+            .brokers
+            .values()
+            .map(|b| MetadataRecord::RegisterBroker {
+                broker_id: b.id,
+                incarnation_id: b.incarnation_id,
+                broker_epoch: b.epoch,
+                endpoints: b.endpoints.clone(),
+                rack: b.rack.clone(),
+                fenced: b.fenced,
+            })
+            .collect();
         for t in self.topics.values() {
             out.push(MetadataRecord::Topic {
                 name: t.name.clone(),
@@ -286,6 +359,34 @@ mod tests {
         img.apply(&MetadataRecord::RemoveTopic {
             topic_id: Uuid::from_u128(3),
         });
+        for id in [1, 2] {
+            img.apply(&MetadataRecord::RegisterBroker {
+                broker_id: id,
+                incarnation_id: Uuid::from_u128(100 + id as u128),
+                broker_epoch: 5,
+                endpoints: vec![crate::records::BrokerEndpoint {
+                    name: "PLAINTEXT".into(),
+                    host: "127.0.0.1".into(),
+                    port: 9090 + id as u16,
+                    security_protocol: 0,
+                }],
+                rack: None,
+                fenced: false,
+            });
+        }
+        assert_eq!(img.brokers().count(), 2);
+        // Fencing names the registration's epoch; another epoch is ignored.
+        let change = |epoch, fenced| MetadataRecord::BrokerRegistrationChange {
+            broker_id: 2,
+            broker_epoch: epoch,
+            fenced,
+        };
+        img.apply(&change(4, 1));
+        assert!(!img.broker(2).expect("2").fenced);
+        img.apply(&change(5, 1));
+        assert!(img.broker(2).expect("2").fenced);
+        img.apply(&change(5, 0));
+        assert!(img.broker(2).expect("2").fenced);
         img.apply(&MetadataRecord::Config {
             resource_type: RESOURCE_BROKER,
             resource_name: String::new(),

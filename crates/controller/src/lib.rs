@@ -11,18 +11,21 @@
 //!   snapshot plus the log after it are loaded at start; snapshots are taken
 //!   in the background and are the only way the log ever shrinks.
 //! - [`snapshot`]: the snapshot file format (KRaft's `.checkpoint` files).
+//! - [`quorum`]: the metadata quorum (design 018): the same log replicated
+//!   by Raft (openraft) between controllers.
 //! - [`producer_ids`]: blocks of producer ids, allocated through the
 //!   metadata log ([`MetadataStore::allocate_producer_ids`]).
 
 pub mod error;
 pub mod image;
 pub mod producer_ids;
+pub mod quorum;
 pub mod records;
 pub mod snapshot;
 pub mod store;
 
 pub use error::{ControllerError, Result};
-pub use image::{MetadataImage, PartitionImage, TopicImage};
+pub use image::{BrokerRegistration, MetadataImage, PartitionImage, TopicImage};
 pub use producer_ids::ProducerIdsBlock;
 pub use records::MetadataRecord;
 pub use snapshot::SnapshotId;

@@ -8,6 +8,8 @@
 //!
 //! | apiKey | record | fields (version 0) |
 //! |---:|---|---|
+//! | 17 | BrokerRegistrationChangeRecord | BrokerId, BrokerEpoch; tagged field 0: Fenced (int8: 1 fenced, -1 unfenced, 0 no change) |
+//! | 0 | RegisterBrokerRecord | BrokerId, IncarnationId, BrokerEpoch, EndPoints (Name, Host, Port, SecurityProtocol), Features (none written; skipped on reading), Rack (nullable), Fenced |
 //! | 2 | TopicRecord | Name, TopicId |
 //! | 3 | PartitionRecord | PartitionId, TopicId, Replicas, Isr, RemovingReplicas, AddingReplicas, Leader, LeaderEpoch, PartitionEpoch |
 //! | 4 | ConfigRecord | ResourceType, ResourceName, Name, Value (nullable) |
@@ -25,9 +27,34 @@ pub const RESOURCE_BROKER: i8 = 4;
 
 const FRAME_VERSION: u64 = 1;
 
+/// One listener of a registered broker (`RegisterBrokerRecord.EndPoints`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerEndpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    /// Kafka's `SecurityProtocol` id (0 PLAINTEXT).
+    pub security_protocol: i16,
+}
+
 /// One metadata record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetadataRecord {
+    /// A broker joined (or rejoined) the cluster with these listeners.
+    RegisterBroker {
+        broker_id: i32,
+        incarnation_id: Uuid,
+        broker_epoch: i64,
+        endpoints: Vec<BrokerEndpoint>,
+        rack: Option<String>,
+        fenced: bool,
+    },
+    /// A registered broker was fenced (`fenced` 1) or unfenced (-1).
+    BrokerRegistrationChange {
+        broker_id: i32,
+        broker_epoch: i64,
+        fenced: i8,
+    },
     Topic {
         name: String,
         topic_id: Uuid,
@@ -64,6 +91,8 @@ pub enum MetadataRecord {
 impl MetadataRecord {
     fn api_key(&self) -> u64 {
         match self {
+            Self::RegisterBroker { .. } => 0,
+            Self::BrokerRegistrationChange { .. } => 17,
             Self::Topic { .. } => 2,
             Self::Partition { .. } => 3,
             Self::Config { .. } => 4,
@@ -79,6 +108,45 @@ impl MetadataRecord {
         put_uvarint(&mut w, self.api_key());
         put_uvarint(&mut w, 0);
         match self {
+            Self::RegisterBroker {
+                broker_id,
+                incarnation_id,
+                broker_epoch,
+                endpoints,
+                rack,
+                fenced,
+            } => {
+                w.extend_from_slice(&broker_id.to_be_bytes());
+                w.extend_from_slice(incarnation_id.as_bytes());
+                w.extend_from_slice(&broker_epoch.to_be_bytes());
+                put_uvarint(&mut w, endpoints.len() as u64 + 1);
+                for e in endpoints {
+                    put_compact_str(&mut w, Some(&e.name));
+                    put_compact_str(&mut w, Some(&e.host));
+                    w.extend_from_slice(&e.port.to_be_bytes());
+                    w.extend_from_slice(&e.security_protocol.to_be_bytes());
+                    put_uvarint(&mut w, 0);
+                }
+                put_uvarint(&mut w, 1); // no features
+                put_compact_str(&mut w, rack.as_deref());
+                w.push(u8::from(*fenced));
+            }
+            Self::BrokerRegistrationChange {
+                broker_id,
+                broker_epoch,
+                fenced,
+            } => {
+                w.extend_from_slice(&broker_id.to_be_bytes());
+                w.extend_from_slice(&broker_epoch.to_be_bytes());
+                if *fenced != 0 {
+                    // One tagged field: tag 0, one byte.
+                    put_uvarint(&mut w, 1);
+                    put_uvarint(&mut w, 0);
+                    put_uvarint(&mut w, 1);
+                    w.push(*fenced as u8);
+                    return w;
+                }
+            }
             Self::Topic { name, topic_id } => {
                 put_compact_str(&mut w, Some(name));
                 w.extend_from_slice(topic_id.as_bytes());
@@ -146,6 +214,61 @@ impl MetadataRecord {
             )));
         }
         let rec = match api_key {
+            0 => {
+                let broker_id = r.i32()?;
+                let incarnation_id = r.uuid()?;
+                let broker_epoch = r.i64()?;
+                // An endpoint is at least 2 + 2 + 2 + 1 bytes.
+                let n = r.compact_len(7)?;
+                let mut endpoints = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let name = r.compact_str()?.ok_or_else(|| bad("null endpoint name"))?;
+                    let host = r.compact_str()?.ok_or_else(|| bad("null endpoint host"))?;
+                    let port = r.take(2)?;
+                    let port = u16::from_be_bytes([port[0], port[1]]);
+                    let sp = r.take(2)?;
+                    endpoints.push(BrokerEndpoint {
+                        name,
+                        host,
+                        port,
+                        security_protocol: i16::from_be_bytes([sp[0], sp[1]]),
+                    });
+                    r.skip_tagged_fields()?;
+                }
+                for _ in 0..r.compact_len(6)? {
+                    let _name = r.compact_str()?;
+                    r.take(4)?;
+                    r.skip_tagged_fields()?;
+                }
+                let rack = r.compact_str()?;
+                let fenced = r.take(1)?[0] != 0;
+                Self::RegisterBroker {
+                    broker_id,
+                    incarnation_id,
+                    broker_epoch,
+                    endpoints,
+                    rack,
+                    fenced,
+                }
+            }
+            17 => {
+                let broker_id = r.i32()?;
+                let broker_epoch = r.i64()?;
+                let mut fenced = 0i8;
+                for _ in 0..r.uvarint()? {
+                    let tag = r.uvarint()?;
+                    let len = r.uvarint()? as usize;
+                    let v = r.take(len)?;
+                    if tag == 0 && len == 1 {
+                        fenced = v[0] as i8;
+                    }
+                }
+                return Ok(Self::BrokerRegistrationChange {
+                    broker_id,
+                    broker_epoch,
+                    fenced,
+                });
+            }
             2 => Self::Topic {
                 name: r.compact_str()?.ok_or_else(|| bad("null topic name"))?,
                 topic_id: r.uuid()?,
@@ -283,6 +406,16 @@ impl<'a> Reader<'a> {
             .map_err(|_| bad("string is not UTF-8"))
     }
 
+    /// A compact array's length (0 for null), each item at least
+    /// `min_size` bytes: refused when the record cannot hold them.
+    fn compact_len(&mut self, min_size: usize) -> Result<usize> {
+        let n = self.uvarint()?.saturating_sub(1) as usize;
+        if n.saturating_mul(min_size) > self.buf.len() - self.pos {
+            return Err(bad("array longer than the record"));
+        }
+        Ok(n)
+    }
+
     fn i32_array(&mut self) -> Result<Option<Vec<i32>>> {
         let n = self.uvarint()?;
         if n == 0 {
@@ -313,6 +446,53 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn register_broker_record_as_kafka_writes_it_decodes() {
+        // RegisterBrokerRecord v0 with a feature (Kafka writes
+        // metadata.version), no rack, fenced.
+        let mut b = vec![1, 0, 0];
+        b.extend_from_slice(&1i32.to_be_bytes());
+        b.extend_from_slice(&[0xab; 16]);
+        b.extend_from_slice(&5i64.to_be_bytes());
+        b.push(2);
+        b.push(10);
+        b.extend_from_slice(b"PLAINTEXT");
+        b.push(10);
+        b.extend_from_slice(b"localhost");
+        b.extend_from_slice(&9092u16.to_be_bytes());
+        b.extend_from_slice(&0i16.to_be_bytes());
+        b.push(0);
+        b.push(2);
+        b.push(17);
+        b.extend_from_slice(b"metadata.version");
+        b.extend_from_slice(&1i16.to_be_bytes());
+        b.extend_from_slice(&20i16.to_be_bytes());
+        b.push(0);
+        b.push(0); // rack null
+        b.push(1); // fenced
+        b.push(0);
+        let rec = MetadataRecord::decode(&b).expect("decodes");
+        let MetadataRecord::RegisterBroker {
+            broker_id,
+            broker_epoch,
+            endpoints,
+            rack,
+            fenced,
+            ..
+        } = rec
+        else {
+            panic!("{rec:?}")
+        };
+        assert_eq!((broker_id, broker_epoch, rack, fenced), (1, 5, None, true));
+        assert_eq!(endpoints[0].host, "localhost");
+        assert_eq!(endpoints[0].port, 9092);
+        // A lying endpoint count is refused before allocating.
+        let mut lie = b[..31].to_vec();
+        lie.push(0xff);
+        lie.push(0x7f);
+        assert!(MetadataRecord::decode(&lie).is_err());
+    }
 
     #[test]
     fn roundtrip_each_record_type() {
@@ -348,6 +528,34 @@ mod tests {
                 broker_id: 1,
                 broker_epoch: -1,
                 next_producer_id: 3000,
+            },
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id: 2,
+                broker_epoch: 77,
+                fenced: 1,
+            },
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id: 2,
+                broker_epoch: 77,
+                fenced: 0,
+            },
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id: 2,
+                broker_epoch: 77,
+                fenced: -1,
+            },
+            MetadataRecord::RegisterBroker {
+                broker_id: 2,
+                incarnation_id: id,
+                broker_epoch: 77,
+                endpoints: vec![BrokerEndpoint {
+                    name: "PLAINTEXT".into(),
+                    host: "127.0.0.1".into(),
+                    port: 9092,
+                    security_protocol: 0,
+                }],
+                rack: Some("r1".into()),
+                fenced: false,
             },
         ] {
             let bytes = rec.encode();

@@ -45,6 +45,9 @@ pub const CORRUPT_SUFFIX: &str = ".checkpoint.corrupt";
 const CONTROL_FLAG: i16 = 0x20;
 const SNAPSHOT_HEADER: i16 = 3;
 const SNAPSHOT_FOOTER: i16 = 4;
+/// Control record type of Kafka's LeaderChangeMessage (the quorum's blank
+/// entries, design 018).
+pub(crate) const CONTROL_LEADER_CHANGE: i16 = 2;
 /// Record payload bytes per data batch.
 const BATCH_BYTES: usize = 1 << 20;
 /// Largest decompressed batch accepted when reading.
@@ -70,7 +73,7 @@ impl SnapshotId {
     }
 
     /// Parses a stem (`<20 digits>-<10 digits>`).
-    fn parse_stem(stem: &str) -> Option<Self> {
+    pub fn parse_stem(stem: &str) -> Option<Self> {
         let (o, e) = stem.split_once('-')?;
         let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
         if !digits(o, 20) || !digits(e, 10) {
@@ -192,6 +195,13 @@ fn build_batch(
     Ok(assemble(&fields, Compression::None, &payload)?)
 }
 
+/// A control batch of one record (`(version 0, kind)`, `value`) at offset
+/// 0 with epoch 0 (the metadata quorum's log entries: offsets and epoch are
+/// set by the append).
+pub(crate) fn build_control_batch(kind: i16, value: Vec<u8>, now_ms: i64) -> Result<Vec<u8>> {
+    build_batch(0, 0, true, &[(Some(control_key(kind)), value)], now_ms)
+}
+
 /// The whole file: header batch, data batches, footer batch.
 pub fn encode(
     id: SnapshotId,
@@ -253,6 +263,13 @@ pub fn write(
     now_ms: i64,
 ) -> Result<u64> {
     let bytes = encode(id, image, last_contained_timestamp, now_ms)?;
+    write_encoded(dir, id, &bytes)
+}
+
+/// Writes the file `id` holding `bytes` (an encoded snapshot, e.g. one
+/// received from the quorum leader) in `dir` as [`write`] does. Returns
+/// its size.
+pub fn write_encoded(dir: &Path, id: SnapshotId, bytes: &[u8]) -> Result<u64> {
     let unique = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -264,7 +281,7 @@ pub fn write(
             .create_new(true)
             .open(&tmp)
             .map_err(io_at(&tmp))?;
-        f.write_all(&bytes).map_err(io_at(&tmp))?;
+        f.write_all(bytes).map_err(io_at(&tmp))?;
         f.sync_all().map_err(io_at(&tmp))?;
     }
     std::fs::rename(&tmp, &path).map_err(io_at(&path))?;

@@ -27,6 +27,8 @@ use uuid::Uuid;
 use crate::error::{ControllerError, Result};
 use crate::image::MetadataImage;
 use crate::producer_ids::ProducerIdsBlock;
+use crate::quorum::backend::QuorumBackend;
+use crate::quorum::{MetadataQuorum, QuorumConfig};
 use crate::records::MetadataRecord;
 use crate::snapshot::{self, SnapshotFile, SnapshotId};
 
@@ -157,8 +159,17 @@ struct Inner {
 /// The metadata log, its snapshots, and the image they build.
 #[derive(Debug)]
 pub struct MetadataStore {
-    inner: Arc<Inner>,
+    backend: Backend,
     thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Where the log lives: on this node alone (the single combined node,
+/// `controller.quorum.voters` empty), or replicated by the metadata quorum
+/// (design 018).
+#[derive(Debug)]
+enum Backend {
+    Local(Arc<Inner>),
+    Quorum(QuorumBackend),
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -357,7 +368,7 @@ impl MetadataStore {
             .or(loaded.as_ref().map(|s| s.last_contained_timestamp))
             .unwrap_or(now);
         Ok(Self {
-            inner: Arc::new(Inner {
+            backend: Backend::Local(Arc::new(Inner {
                 log,
                 dir,
                 config,
@@ -380,26 +391,71 @@ impl MetadataStore {
                 }),
                 wake: Condvar::new(),
                 removals,
-            }),
+            })),
             thread: Mutex::new(None),
         })
     }
 
+    /// Starts this node's controller of the metadata quorum (design 018)
+    /// on `listener`, its CONTROLLER listener, in the runtime of `handle`:
+    /// the metadata log in `data_dir` is then the quorum's Raft log.
+    /// Call from a blocking thread.
+    pub fn open_quorum(
+        data_dir: &Path,
+        config: QuorumConfig,
+        listener: std::net::TcpListener,
+        handle: tokio::runtime::Handle,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self> {
+        Ok(Self {
+            backend: Backend::Quorum(QuorumBackend::start(
+                data_dir, config, listener, handle, clock,
+            )?),
+            thread: Mutex::new(None),
+        })
+    }
+
+    /// The quorum controller, when the log is replicated.
+    pub fn quorum(&self) -> Option<&Arc<MetadataQuorum>> {
+        match &self.backend {
+            Backend::Local(_) => None,
+            Backend::Quorum(q) => Some(q.quorum()),
+        }
+    }
+
+    fn local(&self) -> Option<&Arc<Inner>> {
+        match &self.backend {
+            Backend::Local(i) => Some(i),
+            Backend::Quorum(_) => None,
+        }
+    }
+
     /// The current image (cheap: shared until the next change).
     pub fn image(&self) -> Arc<MetadataImage> {
-        self.inner.image()
+        match &self.backend {
+            Backend::Local(i) => i.image(),
+            Backend::Quorum(q) => q.image(),
+        }
     }
 
     /// Serializes changes: hold the guard while checking the image,
     /// appending and changing the data folder, so two changes never race on
     /// the same names and a snapshot never captures a change half done.
     pub fn lock_for_change(&self) -> MutexGuard<'_, ()> {
-        lock(&self.inner.write)
+        match &self.backend {
+            Backend::Local(i) => lock(&i.write),
+            Backend::Quorum(q) => q.lock_for_change(),
+        }
     }
 
     /// Appends `records` as one batch, fsyncs, then applies them.
+    /// With the quorum: committed through the quorum leader (forwarded
+    /// when this node does not lead), then this node's image includes them.
     pub fn append(&self, records: &[MetadataRecord]) -> Result<Arc<MetadataImage>> {
-        self.inner.append(records)
+        match &self.backend {
+            Backend::Local(i) => i.append(records),
+            Backend::Quorum(q) => q.append(records),
+        }
     }
 
     /// Hands the next block of producer ids to `broker_id` (Kafka's
@@ -414,17 +470,29 @@ impl MetadataStore {
         broker_epoch: i64,
     ) -> Result<ProducerIdsBlock> {
         let _guard = self.lock_for_change();
-        let next = self.image().next_producer_id();
-        let block = ProducerIdsBlock::following(next, broker_id).ok_or_else(|| {
-            ControllerError::ProducerIdsExhausted(format!(
-                "the next block would start at {next} and end past the int64 range"
-            ))
-        })?;
-        self.append(&[MetadataRecord::ProducerIds {
-            broker_id,
-            broker_epoch,
-            next_producer_id: block.next_block_first_id(),
-        }])?;
+        // With the quorum another controller may take the same block first
+        // (the leader refuses the second): then the next one is tried.
+        let mut attempts = 0;
+        let block = loop {
+            let next = self.image().next_producer_id();
+            let block = ProducerIdsBlock::following(next, broker_id).ok_or_else(|| {
+                ControllerError::ProducerIdsExhausted(format!(
+                    "the next block would start at {next} and end past the int64 range"
+                ))
+            })?;
+            match self.append(&[MetadataRecord::ProducerIds {
+                broker_id,
+                broker_epoch,
+                next_producer_id: block.next_block_first_id(),
+            }]) {
+                Ok(_) => break block,
+                Err(ControllerError::Conflict(why)) if attempts < 5 => {
+                    attempts += 1;
+                    tracing::debug!(reason = %why, "producer id block taken meanwhile; retrying");
+                }
+                Err(e) => return Err(e),
+            }
+        };
         tracing::info!(
             broker_id,
             first = block.first_id,
@@ -436,30 +504,51 @@ impl MetadataStore {
 
     /// The metadata partition log.
     pub fn log(&self) -> &Arc<Log> {
-        &self.inner.log
+        match &self.backend {
+            Backend::Local(i) => &i.log,
+            Backend::Quorum(q) => q.log(),
+        }
     }
 
     /// Topic removals replayed from the log at start (after the snapshot
     /// loaded): folders of these topics may still exist after a crash.
+    /// (None with the quorum: its image is built from committed entries
+    /// only, and each node's folders follow the image as it changes.)
     pub fn recorded_removals(&self) -> &[RecordedRemoval] {
-        &self.inner.removals
+        self.local().map_or(&[], |i| &i.removals)
     }
 
     /// The snapshots kept, oldest first.
     pub fn snapshot_ids(&self) -> Vec<SnapshotId> {
-        lock(&self.inner.snap).snapshots.keys().copied().collect()
+        match &self.backend {
+            Backend::Local(i) => lock(&i.snap).snapshots.keys().copied().collect(),
+            Backend::Quorum(q) => q
+                .quorum()
+                .snapshot_state()
+                .0
+                .and_then(|s| SnapshotId::parse_stem(&s))
+                .into_iter()
+                .collect(),
+        }
     }
 
     /// Takes a snapshot now if the log has records the newest snapshot
     /// lacks (and snapshots are enabled).
     pub fn snapshot_now(&self) -> Result<Option<SnapshotId>> {
-        self.inner.snapshot("requested")
+        match &self.backend {
+            Backend::Local(i) => i.snapshot("requested"),
+            Backend::Quorum(q) => {
+                q.snapshot_now()?;
+                Ok(None)
+            }
+        }
     }
 
     /// Takes a snapshot if `metadata.log.max.record.bytes.between.snapshots`
     /// or `metadata.log.max.snapshot.interval.ms` says it is due.
+    /// (With the quorum, openraft's snapshot policy decides.)
     pub fn maybe_snapshot(&self) -> Result<Option<SnapshotId>> {
-        self.inner.maybe_snapshot()
+        self.local().map_or(Ok(None), |i| i.maybe_snapshot())
     }
 
     /// Deletes snapshots (oldest first, keeping the two newest) while they
@@ -467,7 +556,7 @@ impl MetadataStore {
     /// to the next snapshot and deleting the segments below it. Returns the
     /// number of snapshots deleted.
     pub fn clean(&self) -> Result<usize> {
-        self.inner.clean()
+        self.local().map_or(Ok(0), |i| i.clean())
     }
 
     /// Starts the background thread that takes snapshots and cleans.
@@ -476,7 +565,9 @@ impl MetadataStore {
         if t.is_some() {
             return;
         }
-        let inner = Arc::clone(&self.inner);
+        let Some(inner) = self.local().map(Arc::clone) else {
+            return;
+        };
         match std::thread::Builder::new()
             .name("sluice-metadata-snapshots".into())
             .spawn(move || inner.run())
@@ -488,9 +579,10 @@ impl MetadataStore {
 
     fn stop_background(&self) {
         {
-            let mut s = lock(&self.inner.snap);
+            let Some(inner) = self.local() else { return };
+            let mut s = lock(&inner.snap);
             s.stop = true;
-            self.inner.wake.notify_all();
+            inner.wake.notify_all();
         }
         if let Some(t) = lock(&self.thread).take() {
             let _ = t.join();
@@ -500,7 +592,10 @@ impl MetadataStore {
     /// Stops the background thread and closes the log.
     pub fn shutdown(&self) -> Result<()> {
         self.stop_background();
-        self.inner.log.close()?;
+        match &self.backend {
+            Backend::Local(i) => i.log.close()?,
+            Backend::Quorum(q) => q.shutdown()?,
+        }
         Ok(())
     }
 }

@@ -45,13 +45,19 @@ pub(crate) fn handle(
         )));
         return resp;
     }
-    resp.controller_id = BrokerId(broker.node_id);
-    let mut b = DescribeClusterBroker::default();
-    b.broker_id = BrokerId(broker.node_id);
-    b.host = StrBytes::from_string(broker.advertised.host.clone());
-    b.port = i32::from(broker.advertised.port);
-    b.rack = None;
-    resp.brokers = vec![b];
+    resp.controller_id = BrokerId(broker.controller_id());
+    resp.brokers = broker
+        .cluster_brokers()
+        .into_iter()
+        .map(|c| {
+            let mut b = DescribeClusterBroker::default();
+            b.broker_id = BrokerId(c.id);
+            b.host = StrBytes::from_string(c.host);
+            b.port = c.port;
+            b.rack = c.rack.map(StrBytes::from_string);
+            b
+        })
+        .collect();
     resp.cluster_authorized_operations = if req.include_cluster_authorized_operations {
         CLUSTER_OPS
     } else {

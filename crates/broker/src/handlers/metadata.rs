@@ -59,15 +59,21 @@ pub(crate) fn handle(broker: &Arc<Broker>, req: MetadataRequest, ctx: &Ctx) -> M
             })
             .collect(),
     };
-    let mut b = MetadataResponseBroker::default();
-    b.node_id = BrokerId(broker.node_id);
-    b.host = StrBytes::from_string(broker.advertised.host.clone());
-    b.port = i32::from(broker.advertised.port);
-    b.rack = None;
     let mut resp = MetadataResponse::default();
-    resp.brokers = vec![b];
+    resp.brokers = broker
+        .cluster_brokers()
+        .into_iter()
+        .map(|c| {
+            let mut b = MetadataResponseBroker::default();
+            b.node_id = BrokerId(c.id);
+            b.host = StrBytes::from_string(c.host);
+            b.port = c.port;
+            b.rack = c.rack.map(StrBytes::from_string);
+            b
+        })
+        .collect();
     resp.cluster_id = Some(StrBytes::from_string(broker.cluster_id.clone()));
-    resp.controller_id = BrokerId(broker.node_id);
+    resp.controller_id = BrokerId(broker.controller_id());
     resp.topics = topics;
     resp.cluster_authorized_operations = OPS_NOT_REQUESTED;
     resp

@@ -35,6 +35,9 @@ pub(crate) const SWAP_SUFFIX: &str = ".swap";
 const KNOWN_FILES: &[&str] = &[
     crate::checkpoint::LEADER_EPOCH_CHECKPOINT,
     "partition.metadata",
+    // The metadata quorum's vote and commit (Kafka's file name; the
+    // controller owns it, design 018).
+    "quorum-state",
 ];
 
 /// Suffixes of KRaft snapshot files (`<offset>-<epoch>.checkpoint`, and
@@ -42,6 +45,8 @@ const KNOWN_FILES: &[&str] = &[
 /// folder holds beside its segments; the controller owns them.
 const SNAPSHOT_SUFFIXES: &[&str] = &[
     ".checkpoint",
+    // A snapshot's Raft meta beside it (the metadata quorum, design 018).
+    ".quorum",
     ".checkpoint.part",
     ".checkpoint.deleted",
     ".checkpoint.corrupt",

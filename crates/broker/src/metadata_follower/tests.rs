@@ -1,0 +1,225 @@
+//! Three combined nodes (`process.roles=broker,controller`) of one
+//! metadata quorum, in process on loopback: changes made through any node
+//! reach every node's image and data folder.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto_kafka::ResponseError;
+use sluice_storage::TopicPartition;
+
+use crate::broker::Broker;
+use crate::config::BrokerConfig;
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..400 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}")
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("blocking task")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_share_metadata_through_the_quorum() {
+    let controllers: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let voters = controllers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut brokers: Vec<Arc<Broker>> = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let mut c = BrokerConfig::default();
+        let listeners = format!(
+            "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
+            free_port(),
+            controllers[i]
+        );
+        for (k, v) in [
+            ("log.dirs", dir.path().display().to_string()),
+            ("node.id", (i + 1).to_string()),
+            ("process.roles", "broker,controller".into()),
+            ("listeners", listeners),
+            ("controller.listener.names", "CONTROLLER".into()),
+            ("controller.quorum.voters", voters.clone()),
+            ("controller.quorum.election.timeout.ms", "300".into()),
+            ("controller.quorum.request.timeout.ms", "5000".into()),
+            ("broker.rack", format!("rack-{}", i % 2)),
+            ("broker.session.timeout.ms", "1000".into()),
+        ] {
+            c.set(k, &v).expect(k);
+        }
+        brokers.push(blocking(move || Broker::open(c)).await.expect("open"));
+    }
+    let leader = brokers[0]
+        .metadata
+        .quorum()
+        .expect("a quorum")
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .expect("a leader");
+    assert!((1..=3).contains(&leader));
+
+    // Every node registers; Metadata and DescribeCluster then name all
+    // three brokers, and the quorum leader as controller.
+    for b in &brokers {
+        eventually("three registered brokers", || {
+            let listed = b.cluster_brokers();
+            listed.len() == 3
+                && listed
+                    .iter()
+                    .zip(&brokers)
+                    .all(|(c, o)| c.id == o.node_id && c.port == i32::from(o.advertised.port))
+        })
+        .await;
+        eventually("the controller id", || {
+            i64::from(b.controller_id()) == leader as i64
+        })
+        .await;
+        assert!(b.is_broker(1) && b.is_broker(2) && b.is_broker(3) && !b.is_broker(4));
+    }
+
+    // Created through node 2: every node's image and data folder has it.
+    let b2 = Arc::clone(&brokers[1]);
+    let t = blocking(move || b2.create_topic("orders", 3, 1, &[], false))
+        .await
+        .expect("created through node 2");
+    assert_eq!(t.partitions.len(), 3);
+    for b in &brokers {
+        eventually("orders on every node", || {
+            b.image().topic("orders").map(|t| t.id) == Some(t.id)
+                && (0..3).all(|p| b.logs.get(&TopicPartition::new("orders", p)).is_some())
+        })
+        .await;
+    }
+
+    // The same name through node 3 is refused by the quorum leader.
+    let b3 = Arc::clone(&brokers[2]);
+    let again = blocking(move || b3.create_topic("orders", 1, 1, &[], false)).await;
+    assert_eq!(
+        again.map(|_| ()).map_err(|e| e.code),
+        Err(ResponseError::TopicAlreadyExists)
+    );
+
+    // Config changes and deletion through node 1 reach the others' logs.
+    let b1 = Arc::clone(&brokers[0]);
+    blocking(move || {
+        b1.alter_topic_configs(
+            "orders",
+            &[("retention.ms".into(), Some("12345".into()))],
+            false,
+            false,
+        )
+    })
+    .await
+    .expect("configs");
+    for b in &brokers {
+        eventually("the config on every node", || {
+            b.logs
+                .get(&TopicPartition::new("orders", 0))
+                .is_some_and(|l| l.config().retention_ms == 12345)
+        })
+        .await;
+    }
+    let b1 = Arc::clone(&brokers[0]);
+    blocking(move || b1.delete_topic("orders"))
+        .await
+        .expect("deleted through node 1");
+    for b in &brokers {
+        eventually("orders gone everywhere", || {
+            b.image().topic("orders").is_none()
+                && (0..3).all(|p| b.logs.get(&TopicPartition::new("orders", p)).is_none())
+        })
+        .await;
+    }
+
+    // Producer id blocks taken through different nodes never overlap.
+    let mut firsts = Vec::new();
+    for b in &brokers {
+        let b = Arc::clone(b);
+        let block = blocking(move || b.metadata.allocate_producer_ids(b.node_id, -1))
+            .await
+            .expect("a block");
+        firsts.push(block.first_id);
+    }
+    firsts.sort_unstable();
+    firsts.dedup();
+    assert_eq!(firsts.len(), 3, "{firsts:?}");
+
+    // A topic with data on the quorum leader's node; the leader stops.
+    let li = brokers
+        .iter()
+        .position(|b| i64::from(b.node_id) == leader as i64)
+        .expect("the leader's broker");
+    let bl = Arc::clone(&brokers[li]);
+    let kept = blocking(move || bl.create_topic("kept", 1, 1, &[], false))
+        .await
+        .expect("kept");
+    let stopped = brokers.remove(li);
+    let stopped_config = stopped.config.clone();
+    blocking(move || stopped.shutdown())
+        .await
+        .expect("shutdown");
+    // The two others elect a leader, which fences the silent broker: it
+    // leaves the broker lists.
+    let stopped_id = i32::try_from(leader).expect("id");
+    for b in &brokers {
+        eventually("the stopped broker fenced", || {
+            b.cluster_brokers().len() == 2 && !b.is_broker(stopped_id)
+        })
+        .await;
+    }
+    // And they take changes.
+    let b0 = Arc::clone(&brokers[0]);
+    blocking(move || b0.create_topic("while-down", 2, 1, &[], false))
+        .await
+        .expect("created with two of three nodes");
+    // The stopped node restarts on its folder: its own topic's folder is
+    // kept (not set aside as a stray), and it catches up with the change
+    // made while it was down.
+    let back = blocking(move || Broker::open(stopped_config))
+        .await
+        .expect("reopen");
+    assert_eq!(back.image().topic("kept").map(|t| t.id), Some(kept.id));
+    assert!(back.logs.get(&TopicPartition::new("kept", 0)).is_some());
+    eventually("the restarted node catches up", || {
+        back.image().topic("while-down").is_some()
+            && (0..2).all(|p| {
+                back.logs
+                    .get(&TopicPartition::new("while-down", p))
+                    .is_some()
+            })
+    })
+    .await;
+    // Registered again, it is listed again everywhere.
+    for b in brokers.iter().chain(std::iter::once(&back)) {
+        eventually("the restarted broker listed", || {
+            b.cluster_brokers().len() == 3
+        })
+        .await;
+    }
+    let strays = std::fs::read_dir(dirs[li].path())
+        .expect("data folder")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with("-stray"))
+        .count();
+    assert_eq!(strays, 0);
+    brokers.push(back);
+
+    for b in brokers {
+        blocking(move || b.shutdown()).await.expect("shutdown");
+    }
+}
