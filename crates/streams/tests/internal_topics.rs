@@ -2,6 +2,7 @@
 //! configs, tolerance of existing topics, wrong partition counts, the
 //! co-partitioning check, and purging repartition topics.
 
+#[path = "../../client/tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;

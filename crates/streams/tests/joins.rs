@@ -3,6 +3,7 @@
 //! failing at start, and a stream–global-table join (the global table
 //! bootstrapped before processing and kept up to date).
 
+#[path = "../../client/tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;

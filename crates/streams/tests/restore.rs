@@ -2,6 +2,7 @@
 //! from a checkpoint (only the records after it), after the store folder is
 //! deleted (everything again, same contents), and a checkpoint past the end.
 
+#[path = "../../client/tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;

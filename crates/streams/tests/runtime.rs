@@ -6,6 +6,7 @@
 //! logged store and writes each new count (8-byte big-endian, as Kafka's
 //! LongSerializer) to an output topic.
 
+#[path = "../../client/tests/common/mod.rs"]
 mod common;
 
 use std::collections::{BTreeMap, VecDeque};

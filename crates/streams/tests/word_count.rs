@@ -3,6 +3,7 @@
 //! internal topic names and configs, repartition topics purged after
 //! commits, counts surviving a restart from the checkpoint.
 
+#[path = "../../client/tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;

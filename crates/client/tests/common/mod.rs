@@ -1,5 +1,6 @@
-//! Shared start-up of an in-process Sluice server for the client's
-//! integration tests: a fresh data directory and a free 127.0.0.1 port per
+//! Shared start-up of an in-process Sluice server for the integration
+//! tests of the client and of sluice-streams (which includes this file by
+//! path): a fresh data directory and a free 127.0.0.1 port per
 //! server, stopped by [`TestServer::stop`].
 
 // Each test binary uses its own subset of these helpers.
