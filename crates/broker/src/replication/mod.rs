@@ -19,6 +19,7 @@
 
 pub(crate) mod follower;
 pub(crate) mod leader;
+pub(crate) mod placement;
 
 #[cfg(test)]
 mod sim_tests;
