@@ -270,11 +270,18 @@ impl Broker {
             .map(|p| Arc::clone(p.log()))
     }
 
+    /// `replica.lag.time.max.ms`.
+    pub(crate) fn lag_time_max_ms(&self) -> u64 {
+        self.settings.replica_lag_time_max_ms.max(0) as u64
+    }
+
     /// Leads what the metadata image says this node leads.
     pub(crate) fn sync_partitions(&self) {
         let image = self.image();
         self.partitions
-            .sync(&image, self.node_id, |tp| self.logs.get(tp));
+            .sync(&image, self.node_id, self.lag_time_max_ms(), |tp| {
+                self.logs.get(tp)
+            });
     }
 
     /// Validates and creates a topic for a client (CreateTopics, auto

@@ -37,7 +37,10 @@ async fn appends_advance_the_high_watermark_and_stamp_the_leader_epoch() {
         .append(batch(b"a"), AppendOrigin::Client, Acks::All)
         .await
         .expect("append");
-    p.wait_replicated(info.last_offset + 1).await;
+    let far = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    p.wait_replicated(info.last_offset + 1, far)
+        .await
+        .expect("replicated");
     assert_eq!(p.log().high_watermark(), 1);
     // A new leader epoch from the metadata is stamped into later batches.
     let mut state = broker.image().topic("t").expect("t").partitions[&0].clone();

@@ -1,0 +1,292 @@
+//! ISR replication between three in-process combined nodes (each a
+//! running server on loopback, sharing metadata through the quorum): a
+//! topic with replication factor 3 and `min.insync.replicas=2`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto_kafka::ResponseError;
+use sluice_protocol::record::{BatchBuilder, Compression, Record};
+use sluice_storage::{AppendOrigin, Log, ReadLimit, TopicPartition};
+use tokio::sync::oneshot;
+
+use super::fetcher::PAUSED;
+use crate::broker::Broker;
+use crate::config::BrokerConfig;
+use crate::partition::{Acks, AppendError};
+use crate::server::Server;
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..600 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}")
+}
+
+struct Node {
+    broker: Arc<Broker>,
+    config: BrokerConfig,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(config: BrokerConfig) -> Node {
+    let server = Server::bind(config.clone()).await.expect("bind");
+    let broker = Arc::clone(server.broker());
+    let (stop, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        server
+            .run(async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("run");
+    });
+    Node {
+        broker,
+        config,
+        stop,
+        task,
+    }
+}
+
+impl Node {
+    async fn stop(self) -> BrokerConfig {
+        let _ = self.stop.send(());
+        drop(self.broker);
+        self.task.await.expect("server task");
+        self.config
+    }
+}
+
+fn batch(value: &str) -> Vec<u8> {
+    let mut b = BatchBuilder::new(Compression::None, 1);
+    b.push(Record::new(
+        Some(b"k".to_vec()),
+        Some(value.as_bytes().to_vec()),
+        1,
+    ));
+    b.build(0).expect("batch")
+}
+
+/// Every byte of `log` from its start to its end.
+fn raw(log: &Log) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = log.log_start_offset();
+    while at < log.log_end_offset() {
+        let r = log
+            .read(at, 1 << 20, ReadLimit::LogEnd, true)
+            .expect("read");
+        let Some(region) = r.region else { break };
+        let bytes = region.read_to_vec().expect("bytes");
+        let mut last = at;
+        for b in sluice_protocol::record::BatchIter::new(&bytes) {
+            let (_, h, _) = b.expect("batch");
+            last = h.last_offset() + 1;
+        }
+        out.extend_from_slice(&bytes);
+        if last == at {
+            break;
+        }
+        at = last;
+    }
+    out
+}
+
+fn log_of(b: &Broker) -> Arc<Log> {
+    b.logs.get(&TopicPartition::new("r", 0)).expect("log")
+}
+
+fn isr(b: &Broker) -> Vec<i32> {
+    b.image()
+        .topic("r")
+        .and_then(|t| t.partitions.get(&0).map(|p| p.isr.clone()))
+        .unwrap_or_default()
+}
+
+/// An acks=all produce of one record on the leader: its end offset, or the
+/// error code.
+async fn produce(leader: &Broker, value: &str) -> Result<i64, ResponseError> {
+    let p = leader.partition("r", 0).expect("led");
+    let info = match p
+        .append(batch(value), AppendOrigin::Client, Acks::All)
+        .await
+    {
+        Ok(info) => info,
+        Err(AppendError::Api(e)) => return Err(e.code),
+        Err(AppendError::Storage(e)) => panic!("storage: {e}"),
+    };
+    let end = info.last_offset + 1;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    p.wait_replicated(end, deadline).await.map(|()| end)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
+    let controllers: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let voters = controllers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut nodes: Vec<Option<Node>> = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let mut c = BrokerConfig::default();
+        let listeners = format!(
+            "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
+            free_port(),
+            controllers[i]
+        );
+        for (k, v) in [
+            ("log.dirs", dir.path().display().to_string()),
+            ("node.id", (i + 1).to_string()),
+            ("process.roles", "broker,controller".into()),
+            ("listeners", listeners),
+            ("controller.listener.names", "CONTROLLER".into()),
+            ("controller.quorum.voters", voters.clone()),
+            ("controller.quorum.election.timeout.ms", "300".into()),
+            ("controller.quorum.request.timeout.ms", "5000".into()),
+            ("broker.session.timeout.ms", "3000".into()),
+            ("replica.lag.time.max.ms", "800".into()),
+            ("replica.fetch.wait.max.ms", "200".into()),
+            ("replica.fetch.backoff.ms", "50".into()),
+        ] {
+            c.set(k, &v).expect(k);
+        }
+        nodes.push(Some(start(c).await));
+    }
+    let b = |nodes: &[Option<Node>], id: i32| {
+        Arc::clone(&nodes[(id - 1) as usize].as_ref().expect("running").broker)
+    };
+    for id in 1..=3 {
+        let broker = b(&nodes, id);
+        eventually("three registered brokers", || {
+            broker.cluster_brokers().len() == 3
+        })
+        .await;
+    }
+    let creator = b(&nodes, 2);
+    let topic = tokio::task::spawn_blocking(move || {
+        creator.create_topic(
+            "r",
+            1,
+            3,
+            &[("min.insync.replicas".into(), "2".into())],
+            false,
+        )
+    })
+    .await
+    .expect("task")
+    .expect("topic");
+    let state = topic.partitions[&0].clone();
+    let leader_id = state.leader;
+    let followers: Vec<i32> = state
+        .replicas
+        .iter()
+        .copied()
+        .filter(|&r| r != leader_id)
+        .collect();
+    assert_eq!(followers.len(), 2);
+    let leader = b(&nodes, leader_id);
+    eventually("the leader leads", || leader.partition("r", 0).is_some()).await;
+
+    // acks=all is answered only once both followers have the records.
+    for i in 0..20 {
+        let end = produce(&leader, &format!("v{i}")).await.expect("acks=all");
+        for &f in &followers {
+            assert!(
+                log_of(&b(&nodes, f)).log_end_offset() >= end,
+                "follower {f} lacks {end}"
+            );
+        }
+    }
+    // Every replica holds the same batches at the same offsets, and the
+    // followers learn the high watermark.
+    let leader_log = log_of(&leader);
+    for &f in &followers {
+        let fl = log_of(&b(&nodes, f));
+        eventually("the follower's high watermark", || {
+            fl.high_watermark() == 20
+        })
+        .await;
+        assert_eq!(fl.log_end_offset(), 20);
+        assert_eq!(raw(&fl), raw(&leader_log));
+        assert_eq!(fl.leader_epochs(), leader_log.leader_epochs());
+    }
+
+    // One follower stops fetching: it leaves the ISR after the lag time,
+    // and acks=all goes on with two replicas.
+    let (f1, f2) = (followers[0], followers[1]);
+    PAUSED.lock().expect("paused").insert(f2);
+    eventually("the paused follower out of the ISR", || {
+        isr(&leader).len() == 2 && !isr(&leader).contains(&f2)
+    })
+    .await;
+    for id in 1..=3 {
+        let n = b(&nodes, id);
+        eventually("every node sees the shrunk ISR", || isr(&n).len() == 2).await;
+    }
+    let end = produce(&leader, "with-two")
+        .await
+        .expect("acks=all with two");
+    assert!(log_of(&b(&nodes, f1)).log_end_offset() >= end);
+    assert!(log_of(&b(&nodes, f2)).log_end_offset() < end);
+
+    // The second follower stops too: below min.insync.replicas, acks=all
+    // is refused before the append.
+    PAUSED.lock().expect("paused").insert(f1);
+    eventually("the leader alone in the ISR", || {
+        isr(&leader) == vec![leader_id]
+    })
+    .await;
+    let before = leader_log.log_end_offset();
+    assert_eq!(
+        produce(&leader, "refused").await,
+        Err(ResponseError::NotEnoughReplicas)
+    );
+    assert_eq!(leader_log.log_end_offset(), before);
+
+    // Both fetch again: they catch up and rejoin the ISR.
+    PAUSED.lock().expect("paused").clear();
+    eventually("both followers back in the ISR", || isr(&leader).len() == 3).await;
+    produce(&leader, "all-three").await.expect("acks=all again");
+
+    // A follower node stops and restarts on its folder: it catches up and
+    // rejoins the ISR.
+    let stopped = nodes[(f2 - 1) as usize].take().expect("running");
+    let config = stopped.stop().await;
+    eventually("the stopped follower out of the ISR", || {
+        !isr(&leader).contains(&f2)
+    })
+    .await;
+    produce(&leader, "while-down")
+        .await
+        .expect("acks=all with two");
+    nodes[(f2 - 1) as usize] = Some(start(config).await);
+    eventually("the restarted follower back in the ISR", || {
+        isr(&leader).len() == 3
+    })
+    .await;
+    let end = produce(&leader, "last").await.expect("acks=all");
+    for &f in &followers {
+        let fl = log_of(&b(&nodes, f));
+        eventually("caught up", || fl.log_end_offset() == end).await;
+        assert_eq!(raw(&fl), raw(&leader_log));
+    }
+
+    drop(leader);
+    drop(leader_log);
+    for n in nodes.into_iter().flatten() {
+        n.stop().await;
+    }
+}
