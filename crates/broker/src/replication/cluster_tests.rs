@@ -156,7 +156,7 @@ async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
             ("controller.quorum.voters", voters.clone()),
             ("controller.quorum.election.timeout.ms", "300".into()),
             ("controller.quorum.request.timeout.ms", "5000".into()),
-            ("broker.session.timeout.ms", "3000".into()),
+            ("broker.session.timeout.ms", "2000".into()),
             ("replica.lag.time.max.ms", "800".into()),
             ("replica.fetch.wait.max.ms", "200".into()),
             ("replica.fetch.backoff.ms", "50".into()),
@@ -282,6 +282,59 @@ async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
         let fl = log_of(&b(&nodes, f));
         eventually("caught up", || fl.log_end_offset() == end).await;
         assert_eq!(raw(&fl), raw(&leader_log));
+    }
+
+    // The leader's node stops. Once the quorum fences it, a follower of
+    // the ISR leads in the next leader epoch, with every acknowledged
+    // record, and acks=all goes on there with two replicas.
+    let acked = end;
+    drop(leader);
+    drop(leader_log);
+    let config = nodes[(leader_id - 1) as usize]
+        .take()
+        .expect("running")
+        .stop()
+        .await;
+    let survivor = b(&nodes, f1);
+    let new_state = || {
+        survivor
+            .image()
+            .topic("r")
+            .and_then(|t| t.partitions.get(&0).cloned())
+            .expect("partition")
+    };
+    eventually("a new leader from the ISR", || {
+        let s = new_state();
+        s.leader >= 0 && s.leader != leader_id
+    })
+    .await;
+    let elected = new_state();
+    assert!(followers.contains(&elected.leader));
+    assert_eq!(elected.leader_epoch, state.leader_epoch + 1);
+    assert!(!elected.isr.contains(&leader_id));
+    let leader = b(&nodes, elected.leader);
+    eventually("the new leader leads", || {
+        leader.partition("r", 0).is_some()
+    })
+    .await;
+    let leader_log = log_of(&leader);
+    assert!(leader_log.log_end_offset() >= acked);
+    let end = produce(&leader, "after-failover")
+        .await
+        .expect("acks=all on the new leader");
+    assert_eq!(
+        leader_log.leader_epochs().last().copied(),
+        Some((elected.leader_epoch, acked))
+    );
+    // The old leader comes back as a follower: it truncates to where it
+    // agrees with the new leader, catches up and rejoins the ISR.
+    nodes[(leader_id - 1) as usize] = Some(start(config).await);
+    eventually("the old leader back in the ISR", || isr(&leader).len() == 3).await;
+    let end = produce(&leader, "final").await.expect("acks=all").max(end);
+    for id in 1..=3 {
+        let l = log_of(&b(&nodes, id));
+        eventually("every replica caught up", || l.log_end_offset() == end).await;
+        assert_eq!(raw(&l), raw(&leader_log), "replica {id}");
     }
 
     drop(leader);
