@@ -133,7 +133,7 @@ impl Broker {
     }
 
     /// The error for a partition this node does not lead.
-    fn not_led_error(&self, topic: &str, partition: i32) -> ResponseError {
+    pub(crate) fn not_led_error(&self, topic: &str, partition: i32) -> ResponseError {
         let image = self.image();
         let replica = image
             .topic(topic)

@@ -364,7 +364,7 @@ fn read_partition(
     let log = name.and_then(|n| {
         let partition = broker
             .partition(n, p.key.partition)
-            .ok_or(ResponseError::UnknownTopicOrPartition)?;
+            .ok_or_else(|| broker.not_led_error(n, p.key.partition))?;
         let log = Arc::clone(partition.log());
         match (
             opts.replica_id,

@@ -205,7 +205,7 @@ async fn append(
 ) -> Result<(Arc<Partition>, sluice_storage::AppendInfo), Failure> {
     let part = broker
         .partition(topic, partition)
-        .ok_or_else(|| Failure::request(ApiError::code(ResponseError::UnknownTopicOrPartition)))?;
+        .ok_or_else(|| Failure::request(ApiError::code(broker.not_led_error(topic, partition))))?;
     let log = Arc::clone(part.log());
     let records = records.unwrap_or_default();
     check_records(&records, version).map_err(Failure::request)?;
