@@ -68,7 +68,13 @@ impl Broker {
                 Some((topic_id, state))
                     if state.leader == self.node_id
                         && state.leader_epoch == proposal.leader_epoch
-                        && state.partition_epoch == proposal.partition_epoch =>
+                        && state.partition_epoch == proposal.partition_epoch
+                        // A fenced broker never joins (Kafka's
+                        // INELIGIBLE_REPLICA).
+                        && proposal
+                            .isr
+                            .iter()
+                            .all(|r| state.isr.contains(r) || self.is_broker(*r)) =>
                 {
                     // The ISR in replica order.
                     let isr: Vec<i32> = state
@@ -101,7 +107,7 @@ impl Broker {
                     }
                 }
                 _ => {
-                    tracing::info!(partition = %tp, "ISR change refused: stale leader or partition epoch");
+                    tracing::info!(partition = %tp, "ISR change refused: stale leader or partition epoch, or a fenced replica");
                     None
                 }
             }
