@@ -129,8 +129,9 @@ async fn produce(leader: &Broker, value: &str) -> Result<i64, ResponseError> {
     p.wait_replicated(end, deadline).await.map(|()| end)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
+/// Three running combined nodes of one quorum (node ids 1 to 3), every
+/// one registered; `lag_ms` is their `replica.lag.time.max.ms`.
+async fn cluster(lag_ms: u64) -> (Vec<Option<Node>>, Vec<tempfile::TempDir>) {
     let controllers: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let voters = controllers
         .iter()
@@ -157,7 +158,7 @@ async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
             ("controller.quorum.election.timeout.ms", "300".into()),
             ("controller.quorum.request.timeout.ms", "5000".into()),
             ("broker.session.timeout.ms", "2000".into()),
-            ("replica.lag.time.max.ms", "800".into()),
+            ("replica.lag.time.max.ms", lag_ms.to_string()),
             ("replica.fetch.wait.max.ms", "200".into()),
             ("replica.fetch.backoff.ms", "50".into()),
         ] {
@@ -165,17 +166,24 @@ async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
         }
         nodes.push(Some(start(c).await));
     }
-    let b = |nodes: &[Option<Node>], id: i32| {
-        Arc::clone(&nodes[(id - 1) as usize].as_ref().expect("running").broker)
-    };
-    for id in 1..=3 {
-        let broker = b(&nodes, id);
+    for n in nodes.iter().flatten() {
+        let broker = Arc::clone(&n.broker);
         eventually("three registered brokers", || {
             broker.cluster_brokers().len() == 3
         })
         .await;
     }
-    let creator = b(&nodes, 2);
+    (nodes, dirs)
+}
+
+/// The running broker of node `id`.
+fn node(nodes: &[Option<Node>], id: i32) -> Arc<Broker> {
+    Arc::clone(&nodes[(id - 1) as usize].as_ref().expect("running").broker)
+}
+
+/// Topic `r`: one partition, replication factor 3, min.insync.replicas 2.
+async fn create_r(nodes: &[Option<Node>]) -> sluice_controller::PartitionImage {
+    let creator = node(nodes, 2);
     let topic = tokio::task::spawn_blocking(move || {
         creator.create_topic(
             "r",
@@ -189,6 +197,35 @@ async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
     .expect("task")
     .expect("topic");
     let state = topic.partitions[&0].clone();
+    let leader = node(nodes, state.leader);
+    eventually("the leader leads", || leader.partition("r", 0).is_some()).await;
+    state
+}
+
+/// Pauses or resumes node `id`'s replica fetchers.
+fn pause(nodes: &[Option<Node>], id: i32, paused: bool) {
+    let port = node(nodes, id).advertised.port;
+    let mut set = PAUSED.lock().unwrap_or_else(|p| p.into_inner());
+    if paused {
+        set.insert(port);
+    } else {
+        set.remove(&port);
+    }
+}
+
+/// The partition's state in `b`'s image.
+fn state_in(b: &Broker) -> sluice_controller::PartitionImage {
+    b.image()
+        .topic("r")
+        .and_then(|t| t.partitions.get(&0).cloned())
+        .expect("partition")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
+    let (mut nodes, _dirs) = cluster(800).await;
+    let b = node;
+    let state = create_r(&nodes).await;
     let leader_id = state.leader;
     let followers: Vec<i32> = state
         .replicas
@@ -198,7 +235,6 @@ async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
         .collect();
     assert_eq!(followers.len(), 2);
     let leader = b(&nodes, leader_id);
-    eventually("the leader leads", || leader.partition("r", 0).is_some()).await;
 
     // acks=all is answered only once both followers have the records.
     for i in 0..20 {
@@ -227,7 +263,7 @@ async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
     // One follower stops fetching: it leaves the ISR after the lag time,
     // and acks=all goes on with two replicas.
     let (f1, f2) = (followers[0], followers[1]);
-    PAUSED.lock().expect("paused").insert(f2);
+    pause(&nodes, f2, true);
     eventually("the paused follower out of the ISR", || {
         isr(&leader).len() == 2 && !isr(&leader).contains(&f2)
     })
@@ -244,7 +280,7 @@ async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
 
     // The second follower stops too: below min.insync.replicas, acks=all
     // is refused before the append.
-    PAUSED.lock().expect("paused").insert(f1);
+    pause(&nodes, f1, true);
     eventually("the leader alone in the ISR", || {
         isr(&leader) == vec![leader_id]
     })
@@ -257,7 +293,8 @@ async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
     assert_eq!(leader_log.log_end_offset(), before);
 
     // Both fetch again: they catch up and rejoin the ISR.
-    PAUSED.lock().expect("paused").clear();
+    pause(&nodes, f1, false);
+    pause(&nodes, f2, false);
     eventually("both followers back in the ISR", || isr(&leader).len() == 3).await;
     produce(&leader, "all-three").await.expect("acks=all again");
 
@@ -339,6 +376,100 @@ async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
 
     drop(leader);
     drop(leader_log);
+    for n in nodes.into_iter().flatten() {
+        n.stop().await;
+    }
+}
+
+/// KIP-279 across a failover: records the old leader wrote that no
+/// follower has are truncated away when it comes back as a follower of
+/// the new leader, which has written other records at those offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deposed_leader_truncates_what_the_new_leader_does_not_have() {
+    // A long lag time: the ISR must not shrink while followers pause.
+    let (mut nodes, _dirs) = cluster(30_000).await;
+    let state = create_r(&nodes).await;
+    let old_id = state.leader;
+    let followers: Vec<i32> = state
+        .replicas
+        .iter()
+        .copied()
+        .filter(|&r| r != old_id)
+        .collect();
+    let old = node(&nodes, old_id);
+    for i in 0..5 {
+        produce(&old, &format!("v{i}")).await.expect("acks=all");
+    }
+    // Both followers stop fetching; the leader takes three acks=1
+    // batches no follower gets.
+    for &f in &followers {
+        pause(&nodes, f, true);
+    }
+    // Fetches already parked on the leader end within
+    // replica.fetch.wait.max.ms; the paused fetchers send no more.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let p = old.partition("r", 0).expect("led");
+    for i in 0..3 {
+        p.append(
+            batch(&format!("lost{i}")),
+            AppendOrigin::Client,
+            Acks::Leader,
+        )
+        .await
+        .map_err(|_| "append")
+        .expect("acks=1");
+    }
+    assert_eq!(p.log().log_end_offset(), 8);
+    drop(p);
+    drop(old);
+    let config = nodes[(old_id - 1) as usize]
+        .take()
+        .expect("running")
+        .stop()
+        .await;
+    for &f in &followers {
+        pause(&nodes, f, false);
+    }
+    // A follower is elected; it writes other records at offsets 5 to 7.
+    let survivor = node(&nodes, followers[0]);
+    eventually("a new leader", || {
+        let s = state_in(&survivor);
+        s.leader >= 0 && s.leader != old_id
+    })
+    .await;
+    let elected = state_in(&survivor);
+    let leader = node(&nodes, elected.leader);
+    eventually("the new leader leads", || {
+        leader.partition("r", 0).is_some()
+    })
+    .await;
+    for i in 0..3 {
+        produce(&leader, &format!("new{i}"))
+            .await
+            .expect("acks=all");
+    }
+    let leader_log = log_of(&leader);
+    assert_eq!(leader_log.log_end_offset(), 8);
+    // The old leader restarts: it truncates to offset 5 and copies the
+    // new leader's records, then rejoins the ISR.
+    nodes[(old_id - 1) as usize] = Some(start(config).await);
+    let back = node(&nodes, old_id);
+    let back_log = log_of(&back);
+    eventually("the old leader caught up", || {
+        back_log.log_end_offset() == 8 && back_log.leader_epochs() == leader_log.leader_epochs()
+    })
+    .await;
+    assert_eq!(raw(&back_log), raw(&leader_log));
+    assert_eq!(
+        back_log.leader_epochs(),
+        vec![(0, 0), (elected.leader_epoch, 5)]
+    );
+    eventually("the old leader back in the ISR", || {
+        state_in(&leader).isr.len() == 3
+    })
+    .await;
+
+    drop((leader, leader_log, survivor, back, back_log));
     for n in nodes.into_iter().flatten() {
         n.stop().await;
     }

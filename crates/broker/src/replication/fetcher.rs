@@ -116,23 +116,24 @@ fn followed_from(image: &MetadataImage, node_id: i32, leader: i32) -> Vec<Follow
     out
 }
 
-/// Nodes whose fetchers are paused (tests: a follower that stops
-/// fetching, as a SIGSTOPped one, while its node keeps its quorum vote).
+/// Brokers (by advertised port, unique in a test process) whose fetchers
+/// are paused (tests: a follower that stops fetching, as a SIGSTOPped one,
+/// while its node keeps its quorum vote).
 #[cfg(test)]
-pub(crate) static PAUSED: std::sync::Mutex<std::collections::BTreeSet<i32>> =
+pub(crate) static PAUSED: std::sync::Mutex<std::collections::BTreeSet<u16>> =
     std::sync::Mutex::new(std::collections::BTreeSet::new());
 
-fn paused(node_id: i32) -> bool {
+fn paused(b: &Broker) -> bool {
     #[cfg(test)]
     {
         PAUSED
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(&node_id)
+            .contains(&b.advertised.port)
     }
     #[cfg(not(test))]
     {
-        let _ = node_id;
+        let _ = b;
         false
     }
 }
@@ -149,7 +150,7 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
         }
         let Some(b) = broker.upgrade() else { return };
         let backoff = Duration::from_millis(b.settings.replica_fetch_backoff_ms.max(10) as u64);
-        if paused(b.node_id) {
+        if paused(&b) {
             drop(b);
             tokio::time::sleep(Duration::from_millis(20)).await;
             continue;
