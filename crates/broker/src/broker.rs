@@ -270,11 +270,18 @@ impl Broker {
             .map(|p| Arc::clone(p.log()))
     }
 
+    /// `replica.lag.time.max.ms`.
+    pub(crate) fn lag_time_max_ms(&self) -> u64 {
+        self.settings.replica_lag_time_max_ms.max(0) as u64
+    }
+
     /// Leads what the metadata image says this node leads.
     pub(crate) fn sync_partitions(&self) {
         let image = self.image();
         self.partitions
-            .sync(&image, self.node_id, |tp| self.logs.get(tp));
+            .sync(&image, self.node_id, self.lag_time_max_ms(), |tp| {
+                self.logs.get(tp)
+            });
     }
 
     /// Validates and creates a topic for a client (CreateTopics, auto
@@ -325,12 +332,14 @@ impl Broker {
                 "Replication factor must be larger than 0.",
             ));
         }
-        if rf > 1 {
-            return Err(ApiError::new(
-                ResponseError::InvalidReplicationFactor,
-                format!("Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only 1 broker(s) are registered."),
-            ));
-        }
+        // The group and transaction coordinators do not move with their
+        // internal topic's leadership yet: at replication factor 1 those
+        // topics stay on the node that needs them.
+        let assignment = if rf == 1 && crate::internal_topics::is_internal(name) {
+            vec![vec![self.node_id]; partitions as usize]
+        } else {
+            self.place_replicas(0, partitions, rf as usize)?
+        };
         let log_config = self
             .defaults
             .with_overrides(configs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -353,7 +362,12 @@ impl Broker {
             name: k.clone(),
             value: Some(v.clone()),
         }));
-        records.extend((0..partitions).map(|p| self.partition_record(topic_id, p)));
+        records.extend(
+            assignment
+                .into_iter()
+                .zip(0..)
+                .map(|(replicas, p)| Self::partition_record(topic_id, p, replicas)),
+        );
         if validate_only {
             let mut img = MetadataImage::default();
             records.iter().for_each(|r| img.apply(r));
@@ -405,16 +419,66 @@ impl Broker {
         }
     }
 
-    fn partition_record(&self, topic_id: Uuid, partition_id: i32) -> MetadataRecord {
+    /// A new partition: every replica in sync, the first one leads.
+    fn partition_record(topic_id: Uuid, partition_id: i32, replicas: Vec<i32>) -> MetadataRecord {
         MetadataRecord::Partition {
             partition_id,
             topic_id,
-            replicas: vec![self.node_id],
-            isr: vec![self.node_id],
-            leader: self.node_id,
+            isr: replicas.clone(),
+            leader: replicas[0],
+            replicas,
             leader_epoch: 0,
             partition_epoch: 0,
         }
+    }
+
+    /// The brokers new replicas may go to: this node and every registered
+    /// broker that is not fenced, by id.
+    fn placeable_brokers(&self) -> Vec<i32> {
+        let mut ids: Vec<i32> = self
+            .image()
+            .brokers()
+            .filter(|b| !b.fenced)
+            .map(|b| b.id)
+            .chain(std::iter::once(self.node_id))
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Replicas for partitions `first..first + count`, `rf` each, striped
+    /// over the placeable brokers from a random start (Kafka's
+    /// `StripedReplicaPlacer`); INVALID_REPLICATION_FACTOR when there are
+    /// fewer brokers than `rf`.
+    fn place_replicas(
+        &self,
+        first: i32,
+        count: i32,
+        rf: usize,
+    ) -> std::result::Result<Vec<Vec<i32>>, ApiError> {
+        let brokers = self.placeable_brokers();
+        // One broker: every replica here, as before the cluster existed.
+        let random = Uuid::new_v4().as_u128();
+        let (start, shift) = if brokers.len() <= 1 {
+            (0, 0)
+        } else {
+            (
+                (random % brokers.len() as u128) as usize,
+                ((random >> 64) % (brokers.len() as u128 - 1)) as usize,
+            )
+        };
+        crate::replication::placement::place(&brokers, first, count, rf, start, shift).ok_or_else(
+            || {
+                ApiError::new(
+                    ResponseError::InvalidReplicationFactor,
+                    format!(
+                        "Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {} broker(s) are registered.",
+                        brokers.len()
+                    ),
+                )
+            },
+        )
     }
 
     /// Adds partitions to a topic (CreatePartitions).
@@ -437,11 +501,15 @@ impl Broker {
                 format!("Topic currently has {current} partitions, which is higher than the requested {count}."),
             ));
         }
+        let rf = t.partitions.values().next().map_or(1, |p| p.replicas.len());
+        let assignment = self.place_replicas(current, count - current, rf)?;
         if validate_only {
             return Ok(());
         }
-        let records: Vec<_> = (current..count)
-            .map(|p| self.partition_record(t.id, p))
+        let records: Vec<_> = assignment
+            .into_iter()
+            .zip(current..)
+            .map(|(replicas, p)| Self::partition_record(t.id, p, replicas))
             .collect();
         let config = self.log_config(t).map_err(internal)?;
         self.metadata.append(&records).map_err(metadata_error)?;

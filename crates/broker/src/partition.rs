@@ -9,13 +9,16 @@
 //! the leader epoch stamped into batches, the high watermark and the fetch
 //! wake-ups are decided here and nowhere else.
 //!
-//! Replication attaches here: today the ISR is this node alone, so the high
-//! watermark follows the log end at once and acks=all completes as soon as
-//! the append does. With followers, [`Partition::maybe_advance_high_watermark`]
-//! takes the minimum log end offset over the ISR (follower fetches report
-//! theirs), and acks=all waiters in [`Partition::append`] keep waiting on
-//! `hw_moved` until the high watermark covers their batch. Handlers do not
-//! change.
+//! Replication attaches here (design 019): the partition keeps the
+//! leader's view of its followers ([`LeaderState`], the rules of
+//! `crate::replication::leader`). Follower fetches report their log end
+//! ([`Partition::on_follower_fetch`]); the high watermark is the smallest
+//! log end offset over the maximal ISR, so with the leader alone in the ISR
+//! it follows the log end at once. acks=all waiters wait on `hw_moved`
+//! until the high watermark covers their batch
+//! ([`Partition::wait_replicated`]); ISR changes are proposed by
+//! [`Partition::propose_isr_change`] and committed through the metadata
+//! quorum, and come back with the image ([`Partitions::sync`]).
 //!
 //! The metadata log (`__cluster_metadata-0`) is not a partition here: it is
 //! the controller's log, replicated by Raft rather than by ISR (design 011).
@@ -30,6 +33,7 @@ use sluice_storage::{AppendInfo, AppendOrigin, Log, StorageError, TopicPartition
 use tokio::sync::Notify;
 
 use crate::broker::ApiError;
+use crate::replication::leader::{IsrProposal, LeaderState};
 
 /// What a client's Produce asks of the append (`acks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,8 +58,12 @@ pub(crate) struct Partition {
     tp: TopicPartition,
     log: Arc<Log>,
     leader_epoch: AtomicI32,
-    /// The in-sync replicas, from the metadata image.
-    isr: RwLock<Vec<i32>>,
+    /// The leader's view of its followers, the ISR (committed and in
+    /// flight) and the high watermark it allows.
+    replication: Mutex<LeaderState>,
+    /// `replica.lag.time.max.ms`.
+    lag_time_max_ms: u64,
+    node_id: i32,
     /// Fetches parked on this partition (one `Notify` per parked fetch,
     /// which may wait on many partitions).
     waiters: Mutex<Vec<Weak<Notify>>>,
@@ -67,13 +75,29 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Wall-clock milliseconds (follower lag is measured in them).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 impl Partition {
-    fn new(tp: TopicPartition, log: Arc<Log>, state: &PartitionImage) -> Self {
+    fn new(
+        tp: TopicPartition,
+        log: Arc<Log>,
+        state: &PartitionImage,
+        node_id: i32,
+        lag_time_max_ms: u64,
+    ) -> Self {
+        let replication = Mutex::new(Self::leader_state(&log, state, node_id, lag_time_max_ms));
         let p = Self {
             tp,
             log,
             leader_epoch: AtomicI32::new(state.leader_epoch),
-            isr: RwLock::new(state.isr.clone()),
+            replication,
+            lag_time_max_ms,
+            node_id,
             waiters: Mutex::new(Vec::new()),
             hw_moved: Notify::new(),
         };
@@ -94,18 +118,76 @@ impl Partition {
         self.leader_epoch.load(Ordering::Acquire)
     }
 
-    /// Follows a change of the metadata image (leader epoch, ISR).
+    /// The leader state on becoming leader of `state`'s epoch: followers
+    /// in the ISR get a full lag time to show up.
+    fn leader_state(
+        log: &Log,
+        state: &PartitionImage,
+        node_id: i32,
+        lag_time_max_ms: u64,
+    ) -> LeaderState {
+        LeaderState::new(
+            node_id,
+            &state.replicas,
+            &state.isr,
+            state.leader_epoch,
+            state.partition_epoch,
+            log.log_end_offset(),
+            log.high_watermark(),
+            lag_time_max_ms,
+            now_ms(),
+        )
+    }
+
+    /// Follows a change of the metadata image: a new leader epoch starts a
+    /// new leader state; a new partition epoch of the same leader epoch is
+    /// the controller's answer to an ISR change (ours or not).
     fn update(&self, state: &PartitionImage) {
+        {
+            let mut r = lock(&self.replication);
+            if r.leader_epoch() != state.leader_epoch {
+                *r = Self::leader_state(&self.log, state, self.node_id, self.lag_time_max_ms);
+            } else if r.partition_epoch() != state.partition_epoch {
+                let isr = state.isr.iter().copied().collect();
+                r.on_isr_committed(
+                    Some((isr, state.partition_epoch)),
+                    self.log.log_end_offset(),
+                );
+            }
+        }
         self.leader_epoch
             .store(state.leader_epoch, Ordering::Release);
-        *self.isr.write().unwrap_or_else(|p| p.into_inner()) = state.isr.clone();
         self.maybe_advance_high_watermark();
     }
 
-    /// How many replicas are in sync (acks=all appends need
+    /// How many replicas the controller has in sync (acks=all appends need
     /// `min.insync.replicas` of them).
     pub(crate) fn isr_len(&self) -> usize {
-        self.isr.read().unwrap_or_else(|p| p.into_inner()).len()
+        lock(&self.replication).isr().len()
+    }
+
+    /// A follower fetched from `fetch_offset` (its log end): the leader
+    /// notes it, and the high watermark may move.
+    pub(crate) fn on_follower_fetch(&self, follower: i32, fetch_offset: i64) {
+        let leo = self.log.log_end_offset();
+        let moved =
+            lock(&self.replication).on_follower_fetch(follower, fetch_offset, leo, now_ms());
+        if moved {
+            self.maybe_advance_high_watermark();
+        }
+    }
+
+    /// The ISR change to send to the controller now, if any (followers
+    /// lagging past `replica.lag.time.max.ms` leave, caught-up ones join).
+    pub(crate) fn propose_isr_change(&self) -> Option<IsrProposal> {
+        lock(&self.replication).propose_isr_change(now_ms())
+    }
+
+    /// The controller refused the ISR change in flight (stale epochs): a
+    /// new one may be proposed.
+    pub(crate) fn isr_change_refused(&self) {
+        let leo = self.log.log_end_offset();
+        lock(&self.replication).on_isr_committed(None, leo);
     }
 
     /// Appends a client's records (Produce). With [`Acks::All`] the ISR
@@ -198,18 +280,28 @@ impl Partition {
     }
 
     fn after_append(&self) {
-        // Followers (none yet) would be woken by the log end moving.
         self.maybe_advance_high_watermark();
+        // Followers' fetches parked here wait for the log end, which moved.
+        self.wake_fetches();
     }
 
     /// Moves the high watermark to the smallest log end offset over the
-    /// ISR. With this node the only replica that is the log end offset.
+    /// maximal ISR (with this node the only replica, the log end offset).
     /// Wakes acks=all waiters when it moved, and parked fetches when it or
     /// the last stable offset (read_committed fetches) moved.
     pub(crate) fn maybe_advance_high_watermark(&self) {
         let before = self.log.high_watermark();
         let lso_before = self.log.last_stable_offset();
-        let after = self.log.set_high_watermark(self.log.log_end_offset());
+        let hw = {
+            let mut r = lock(&self.replication);
+            r.maybe_advance_high_watermark(self.log.log_end_offset());
+            r.high_watermark()
+        };
+        let after = if hw > before {
+            self.log.set_high_watermark(hw)
+        } else {
+            before
+        };
         if after > before {
             self.hw_moved.notify_waiters();
         }
@@ -218,17 +310,34 @@ impl Partition {
         }
     }
 
-    /// Returns once the high watermark reaches `offset`: every in-sync
-    /// replica has the records before it (acks=all). At once on one node.
-    pub(crate) async fn wait_replicated(&self, offset: i64) {
+    /// Waits until the high watermark reaches `offset`: every in-sync
+    /// replica has the records before it (acks=all; at once on one node).
+    /// Kafka's `checkEnoughReplicasReachOffset`: reached with fewer than
+    /// `min.insync.replicas` in the ISR is NOT_ENOUGH_REPLICAS_AFTER_APPEND;
+    /// not reached by `deadline`, REQUEST_TIMED_OUT.
+    pub(crate) async fn wait_replicated(
+        &self,
+        offset: i64,
+        deadline: tokio::time::Instant,
+    ) -> Result<(), ResponseError> {
         loop {
             let moved = self.hw_moved.notified();
             tokio::pin!(moved);
             moved.as_mut().enable();
             if self.log.high_watermark() >= offset {
-                return;
+                let min_isr = self.log.config().min_insync_replicas.max(1) as usize;
+                return if self.isr_len() >= min_isr {
+                    Ok(())
+                } else {
+                    Err(ResponseError::NotEnoughReplicasAfterAppend)
+                };
             }
-            moved.await;
+            tokio::select! {
+                () = moved => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(ResponseError::RequestTimedOut);
+                }
+            }
         }
     }
 
@@ -272,6 +381,16 @@ impl Partitions {
             .cloned()
     }
 
+    /// Every partition this node leads.
+    pub(crate) fn all(&self) -> Vec<Arc<Partition>> {
+        self.map
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .flat_map(|ps| ps.values().cloned())
+            .collect()
+    }
+
     /// Brings the set of led partitions in line with `image`: new ones
     /// (with the log `log_of` gives them) become led, changed ones follow
     /// their new leader epoch and ISR, removed ones are dropped.
@@ -279,6 +398,7 @@ impl Partitions {
         &self,
         image: &MetadataImage,
         node_id: i32,
+        lag_time_max_ms: u64,
         log_of: impl Fn(&TopicPartition) -> Option<Arc<Log>>,
     ) {
         let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
@@ -302,7 +422,7 @@ impl Partitions {
                             tracing::error!(partition = %tp, "no log for a partition this node leads");
                             continue;
                         };
-                        Arc::new(Partition::new(tp, log, state))
+                        Arc::new(Partition::new(tp, log, state, node_id, lag_time_max_ms))
                     }
                 };
                 parts.insert(p, partition);

@@ -67,6 +67,12 @@ impl Server {
         })
     }
 
+    /// The broker this server serves (in-process tests).
+    #[cfg(test)]
+    pub(crate) fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
     /// The bound address (useful with port 0).
     pub fn local_addr(&self) -> Result<std::net::SocketAddr> {
         self.listener
@@ -83,6 +89,15 @@ impl Server {
         ));
         let txn_task = tokio::spawn(crate::txn_coordinator::run(
             Arc::clone(&self.broker),
+            stop_rx.clone(),
+        ));
+        // Replication: follower fetches and the leaders' ISR changes.
+        let fetchers = tokio::spawn(crate::replication::fetcher::run(
+            Arc::downgrade(&self.broker),
+            stop_rx.clone(),
+        ));
+        let isr_task = tokio::spawn(crate::replication::isr::run(
+            Arc::downgrade(&self.broker),
             stop_rx.clone(),
         ));
         let mut tasks = tokio::task::JoinSet::new();
@@ -148,6 +163,8 @@ impl Server {
         }
         let _ = timers.await;
         let _ = txn_task.await;
+        let _ = fetchers.await;
+        let _ = isr_task.await;
         let broker = self.broker;
         tokio::task::spawn_blocking(move || broker.shutdown())
             .await

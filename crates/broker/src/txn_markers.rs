@@ -85,8 +85,18 @@ impl Broker {
             }
             out.push(((topic, partition), code));
         }
+        // Kafka writes markers with acks=all and the request timeout.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
         for (p, end) in waits {
-            p.wait_replicated(end).await;
+            if let Err(code) = p.wait_replicated(end, deadline).await {
+                let tp = p.topic_partition();
+                if let Some(e) = out
+                    .iter_mut()
+                    .find(|((t, part), _)| *t == tp.topic && *part == tp.partition)
+                {
+                    e.1 = Some(code);
+                }
+            }
         }
         out
     }
@@ -123,7 +133,7 @@ impl Broker {
     }
 
     /// The error for a partition this node does not lead.
-    fn not_led_error(&self, topic: &str, partition: i32) -> ResponseError {
+    pub(crate) fn not_led_error(&self, topic: &str, partition: i32) -> ResponseError {
         let image = self.image();
         let replica = image
             .topic(topic)

@@ -13,9 +13,12 @@
 //! - [`snapshot`]: the snapshot file format (KRaft's `.checkpoint` files).
 //! - [`quorum`]: the metadata quorum (design 018): the same log replicated
 //!   by Raft (openraft) between controllers.
+//! - [`election`]: partition leaders and ISRs when a broker is fenced or
+//!   unfenced.
 //! - [`producer_ids`]: blocks of producer ids, allocated through the
 //!   metadata log ([`MetadataStore::allocate_producer_ids`]).
 
+pub mod election;
 pub mod error;
 pub mod image;
 pub mod producer_ids;

@@ -62,6 +62,14 @@ pub enum StorageError {
         log_start: i64,
         log_end: i64,
     },
+    /// A follower's append that starts below its log end (Kafka's
+    /// `UnexpectedAppendOffsetException`): it must truncate first.
+    #[error("unexpected append offset in {partition}: first offset {first} is below the log end offset {log_end}")]
+    UnexpectedAppendOffset {
+        partition: String,
+        first: i64,
+        log_end: i64,
+    },
     /// An I/O error, with the file it happened on.
     #[error("I/O error on {path}: {source}")]
     Io {

@@ -45,6 +45,15 @@ settings! {
     node_id: i32 = "node.id";
     /// `num.partitions`: partitions of auto-created topics.
     num_partitions: i32 = "num.partitions";
+    /// `replica.lag.time.max.ms`: a follower not caught up for this long
+    /// leaves the ISR.
+    replica_lag_time_max_ms: i64 = "replica.lag.time.max.ms";
+    /// `replica.fetch.wait.max.ms`: longest wait of a follower fetch.
+    replica_fetch_wait_max_ms: i32 = "replica.fetch.wait.max.ms";
+    /// `replica.fetch.max.bytes`: bytes per partition a follower fetches.
+    replica_fetch_max_bytes: i32 = "replica.fetch.max.bytes";
+    /// `replica.fetch.backoff.ms`: pause after a failed follower fetch.
+    replica_fetch_backoff_ms: i32 = "replica.fetch.backoff.ms";
     /// `default.replication.factor`
     default_replication_factor: i32 = "default.replication.factor";
     /// `auto.create.topics.enable`

@@ -95,7 +95,11 @@ pub(crate) fn handle(
                     r.topic_id = topic.id;
                 }
                 r.num_partitions = topic.partitions.len() as i32;
-                r.replication_factor = 1;
+                r.replication_factor = topic
+                    .partitions
+                    .values()
+                    .next()
+                    .map_or(1, |p| p.replicas.len() as i16);
                 if let Ok(entries) = super::describe_configs::topic_entries(broker, &topic) {
                     r.configs = Some(
                         entries

@@ -176,8 +176,12 @@ fn partitions(
             out.eligible_leader_replicas = Some(Vec::new());
             out.last_known_elr = Some(Vec::new());
             // A replica whose log is offline (its folder failed) is listed
-            // offline; Kafka leaves the partition error at NONE.
-            let online = broker.log(&t.name, index).is_some_and(|l| !l.is_offline());
+            // offline; Kafka leaves the partition error at NONE. This node
+            // knows its own replica's folder only.
+            let online = broker
+                .logs
+                .get(&sluice_storage::TopicPartition::new(t.name.clone(), index))
+                .is_none_or(|l| !l.is_offline());
             if !online {
                 out.offline_replicas = vec![BrokerId(broker.node_id)];
             }

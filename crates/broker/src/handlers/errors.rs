@@ -40,6 +40,8 @@ pub(crate) fn storage_error(e: &StorageError) -> ApiError {
             ResponseError::InvalidConfig
         }
         StorageError::Closed(_) => ResponseError::NotLeaderOrFollower,
+        // A follower's own append; never a client's.
+        StorageError::UnexpectedAppendOffset { .. } => ResponseError::UnknownServerError,
     };
     ApiError::new(code, e.to_string())
 }

@@ -362,9 +362,10 @@ fn read_partition(
             .ok_or(ResponseError::UnknownTopicId),
     };
     let log = name.and_then(|n| {
-        let log = broker
-            .log(n, p.key.partition)
-            .ok_or(ResponseError::UnknownTopicOrPartition)?;
+        let partition = broker
+            .partition(n, p.key.partition)
+            .ok_or_else(|| broker.not_led_error(n, p.key.partition))?;
+        let log = Arc::clone(partition.log());
         match (
             opts.replica_id,
             image
@@ -373,6 +374,20 @@ fn read_partition(
         ) {
             (Some(id), Some(part)) if !broker.is_follower(part, id) => {
                 Err(not_a_follower(p.current_leader_epoch, part.leader_epoch))
+            }
+            (Some(id), Some(part)) => {
+                // Kafka's `localLogWithEpochOrThrow` for the follower's
+                // epoch, then `updateFollowerFetchState` with its offset
+                // (its log end): the high watermark may move.
+                let epoch = p.current_leader_epoch;
+                if epoch >= 0 && epoch < part.leader_epoch {
+                    return Err(ResponseError::FencedLeaderEpoch);
+                }
+                if epoch > part.leader_epoch {
+                    return Err(ResponseError::UnknownLeaderEpoch);
+                }
+                partition.on_follower_fetch(id, p.fetch_offset);
+                Ok(log)
             }
             _ => Ok(log),
         }

@@ -111,11 +111,17 @@ fn topic(broker: &Broker, t: &TopicImage, version: i16) -> MetadataResponseTopic
             }
             mp.replica_nodes = p.replicas.iter().map(|&r| BrokerId(r)).collect();
             mp.isr_nodes = p.isr.iter().map(|&r| BrokerId(r)).collect();
-            let online = broker.log(&t.name, index).is_some_and(|l| !l.is_offline());
-            if !online {
+            // This node answers for its own replica only: a partition led
+            // elsewhere is that leader's to report; one without a leader
+            // (every ISR member fenced) is LEADER_NOT_AVAILABLE.
+            let online = p.leader != broker.node_id
+                || broker.log(&t.name, index).is_some_and(|l| !l.is_offline());
+            if p.leader < 0 {
+                mp.error_code = ResponseError::LeaderNotAvailable.code();
+            } else if !online {
                 mp.error_code = ResponseError::KafkaStorageError.code();
                 if version >= 5 {
-                    mp.offline_replicas = mp.replica_nodes.clone();
+                    mp.offline_replicas = vec![BrokerId(broker.node_id)];
                 }
             }
             mp

@@ -57,11 +57,12 @@ impl super::IntoReply for Outcome {
 
 pub(crate) async fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx) -> Outcome {
     let acks = req.acks;
+    let timeout_ms = req.timeout_ms;
     let mut first_error: Option<String> = None;
     let mut resp = ProduceResponse::default();
     // acks=all: the partitions appended to and the offset the high
     // watermark must reach, waited for once every partition is appended.
-    let mut replicated: Vec<(Arc<Partition>, i64)> = Vec::new();
+    let mut replicated: Vec<(Arc<Partition>, i64, usize, usize)> = Vec::new();
     for td in req.topic_data {
         let name = td.name.0.to_string();
         let topic = crate::internal_topics::check_client_may_produce(&name).and_then(|()| {
@@ -91,7 +92,8 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx)
             match result {
                 Ok((partition, info)) => {
                     if acks == -1 {
-                        replicated.push((partition, info.last_offset + 1));
+                        let at = (resp.responses.len(), tr.partition_responses.len());
+                        replicated.push((partition, info.last_offset + 1, at.0, at.1));
                     }
                     pr.base_offset = info.base_offset;
                     pr.log_append_time_ms = info.log_append_time;
@@ -130,8 +132,15 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx)
         }
         resp.responses.push(tr);
     }
-    for (partition, offset) in replicated {
-        partition.wait_replicated(offset).await;
+    let deadline =
+        tokio::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.max(0) as u64);
+    for (partition, offset, t, p) in replicated {
+        if let Err(code) = partition.wait_replicated(offset, deadline).await {
+            let pr = &mut resp.responses[t].partition_responses[p];
+            pr.error_code = code.code();
+            pr.base_offset = -1;
+            pr.log_append_time_ms = -1;
+        }
     }
     match (acks, first_error) {
         (0, None) => Outcome::Silent,
@@ -196,7 +205,7 @@ async fn append(
 ) -> Result<(Arc<Partition>, sluice_storage::AppendInfo), Failure> {
     let part = broker
         .partition(topic, partition)
-        .ok_or_else(|| Failure::request(ApiError::code(ResponseError::UnknownTopicOrPartition)))?;
+        .ok_or_else(|| Failure::request(ApiError::code(broker.not_led_error(topic, partition))))?;
     let log = Arc::clone(part.log());
     let records = records.unwrap_or_default();
     check_records(&records, version).map_err(Failure::request)?;

@@ -106,6 +106,43 @@ async fn three_nodes_share_metadata_through_the_quorum() {
         .await;
     }
 
+    // Replication factor 3 over the three registered brokers: each
+    // partition on all three, in sync, the first replica leading, the
+    // leaderships striped evenly; 4 is more than there are brokers.
+    let b2 = Arc::clone(&brokers[1]);
+    let spread = blocking(move || b2.create_topic("spread", 6, 3, &[], false))
+        .await
+        .expect("replication factor 3");
+    let mut led = [0; 3];
+    for p in spread.partitions.values() {
+        let mut replicas = p.replicas.clone();
+        replicas.sort_unstable();
+        assert_eq!(replicas, vec![1, 2, 3], "{p:?}");
+        assert_eq!(p.isr, p.replicas);
+        assert_eq!(p.leader, p.replicas[0]);
+        led[(p.leader - 1) as usize] += 1;
+    }
+    assert_eq!(led, [2, 2, 2]);
+    let b3 = Arc::clone(&brokers[2]);
+    let four = blocking(move || b3.create_topic("four", 1, 4, &[], false)).await;
+    assert_eq!(
+        four.map(|_| ()).map_err(|e| e.code),
+        Err(ResponseError::InvalidReplicationFactor)
+    );
+    // Partitions added later keep the topic's replication factor.
+    let b1 = Arc::clone(&brokers[0]);
+    blocking(move || b1.add_partitions("spread", 8, false))
+        .await
+        .expect("more partitions");
+    for b in &brokers {
+        eventually("spread with 8 partitions of 3 replicas everywhere", || {
+            b.image().topic("spread").is_some_and(|t| {
+                t.partitions.len() == 8 && t.partitions.values().all(|p| p.replicas.len() == 3)
+            }) && (0..8).all(|p| b.logs.get(&TopicPartition::new("spread", p)).is_some())
+        })
+        .await;
+    }
+
     // The same name through node 3 is refused by the quorum leader.
     let b3 = Arc::clone(&brokers[2]);
     let again = blocking(move || b3.create_topic("orders", 1, 1, &[], false)).await;
@@ -182,6 +219,13 @@ async fn three_nodes_share_metadata_through_the_quorum() {
         })
         .await;
     }
+    // Only two brokers are left to place replicas on.
+    let b0 = Arc::clone(&brokers[0]);
+    let three = blocking(move || b0.create_topic("three", 1, 3, &[], false)).await;
+    assert_eq!(
+        three.map(|_| ()).map_err(|e| e.code),
+        Err(ResponseError::InvalidReplicationFactor)
+    );
     // And they take changes.
     let b0 = Arc::clone(&brokers[0]);
     blocking(move || b0.create_topic("while-down", 2, 1, &[], false))

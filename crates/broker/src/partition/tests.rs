@@ -37,7 +37,10 @@ async fn appends_advance_the_high_watermark_and_stamp_the_leader_epoch() {
         .append(batch(b"a"), AppendOrigin::Client, Acks::All)
         .await
         .expect("append");
-    p.wait_replicated(info.last_offset + 1).await;
+    let far = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    p.wait_replicated(info.last_offset + 1, far)
+        .await
+        .expect("replicated");
     assert_eq!(p.log().high_watermark(), 1);
     // A new leader epoch from the metadata is stamped into later batches.
     let mut state = broker.image().topic("t").expect("t").partitions[&0].clone();
@@ -163,4 +166,64 @@ async fn a_finished_fetch_leaves_no_waiter_behind() {
     p.park_fetch(&kept);
     assert_eq!(lock(&p.waiters).len(), 1, "dead registrations are dropped");
     broker.shutdown().expect("shutdown");
+}
+
+#[tokio::test]
+async fn acks_all_waits_for_the_isr_and_answers_kafkas_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = open_broker(dir.path(), &[]);
+    broker
+        .create_topic(
+            "t",
+            1,
+            1,
+            &[("min.insync.replicas".into(), "2".into())],
+            false,
+        )
+        .expect("topic");
+    let p = broker.partition("t", 0).expect("led");
+    // The metadata makes broker 2 a follower in the ISR (a new leader
+    // epoch: a new leader state).
+    let me = broker.node_id;
+    let mut state = broker.image().topic("t").expect("t").partitions[&0].clone();
+    state.replicas = vec![me, 2];
+    state.isr = vec![me, 2];
+    state.leader_epoch = 1;
+    p.update(&state);
+    let info = p
+        .append(batch(b"a"), AppendOrigin::Client, Acks::All)
+        .await
+        .expect("an ISR of two");
+    // Not replicated: the high watermark waits for the follower.
+    let soon = tokio::time::Instant::now() + Duration::from_millis(100);
+    assert_eq!(
+        p.wait_replicated(info.last_offset + 1, soon).await,
+        Err(ResponseError::RequestTimedOut)
+    );
+    assert_eq!(p.log().high_watermark(), 0);
+    // The follower fetches from offset 1: it has the record.
+    p.on_follower_fetch(2, 1);
+    assert_eq!(p.log().high_watermark(), 1);
+    let far = tokio::time::Instant::now() + Duration::from_secs(5);
+    assert_eq!(p.wait_replicated(1, far).await, Ok(()));
+    // The ISR shrinks to the leader under a waiting batch: covered, but
+    // by too few replicas.
+    let info = p
+        .append(batch(b"b"), AppendOrigin::Client, Acks::All)
+        .await
+        .expect("an ISR of two");
+    state.isr = vec![me];
+    state.partition_epoch += 1;
+    p.update(&state);
+    assert_eq!(p.log().high_watermark(), 2);
+    assert_eq!(
+        p.wait_replicated(info.last_offset + 1, far).await,
+        Err(ResponseError::NotEnoughReplicasAfterAppend)
+    );
+    // And the next acks=all append is refused before it is written.
+    match p.append(batch(b"c"), AppendOrigin::Client, Acks::All).await {
+        Err(AppendError::Api(e)) => assert_eq!(e.code, ResponseError::NotEnoughReplicas),
+        other => panic!("expected NOT_ENOUGH_REPLICAS, got {other:?}"),
+    }
+    assert_eq!(p.log().log_end_offset(), 2);
 }

@@ -92,6 +92,10 @@ impl LeaderState {
         self.leader_epoch
     }
 
+    pub(crate) fn partition_epoch(&self) -> i32 {
+        self.partition_epoch
+    }
+
     pub(crate) fn high_watermark(&self) -> i64 {
         self.high_watermark
     }
@@ -99,10 +103,6 @@ impl LeaderState {
     /// The ISR the controller committed.
     pub(crate) fn isr(&self) -> &BTreeSet<i32> {
         &self.isr
-    }
-
-    pub(crate) fn follower(&self, id: i32) -> Option<&FollowerState> {
-        self.followers.get(&id)
     }
 
     /// The replicas the high watermark waits for: the committed ISR plus

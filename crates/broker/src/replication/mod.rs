@@ -11,14 +11,19 @@
 //! a controller and crashes, and checks Kafka's guarantees after every
 //! step.
 //!
-//! Status: the single-node partition layer ([`crate::partition`]) has an
-//! ISR of one and does not use this module yet; the cluster work wires it
-//! in there (design 017).
+//! Wired in (design 019): the partition layer ([`crate::partition`]) keeps
+//! a [`leader::LeaderState`] per led partition, `fetcher` is the follower
+//! side (Fetch as a replica, truncation with OffsetForLeaderEpoch), `isr`
+//! sends the leader's ISR changes through the metadata quorum, and
+//! `placement` places new replicas.
 
-#![allow(dead_code)] // Wired into the partition layer by the cluster work.
-
+pub(crate) mod fetcher;
 pub(crate) mod follower;
+pub(crate) mod isr;
 pub(crate) mod leader;
+pub(crate) mod placement;
 
+#[cfg(test)]
+mod cluster_tests;
 #[cfg(test)]
 mod sim_tests;

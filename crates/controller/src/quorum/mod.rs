@@ -467,6 +467,17 @@ async fn fence_silent_brokers(
             let fenced = match (b.fenced, alive) {
                 (false, false) => 1,
                 (true, true) => -1,
+                (false, true) => {
+                    // Registered again unfenced (a restart): it leads the
+                    // leaderless partitions whose ISR holds it.
+                    let records = crate::election::on_broker_session(&image, b.id, false);
+                    if !records.is_empty() {
+                        if let Err(e) = proposer.propose(records).await {
+                            tracing::debug!(broker = b.id, error = ?e, "leader election not committed");
+                        }
+                    }
+                    continue;
+                }
                 _ => continue,
             };
             let change = MetadataRecord::BrokerRegistrationChange {
@@ -474,7 +485,13 @@ async fn fence_silent_brokers(
                 broker_epoch: b.epoch,
                 fenced,
             };
-            match proposer.propose(vec![change]).await {
+            // With it, in the same batch: partitions it led get new
+            // leaders, it leaves the ISRs (or leads leaderless ones again).
+            let mut next = (*image).clone();
+            next.apply(&change);
+            let mut records = vec![change];
+            records.extend(crate::election::on_broker_session(&next, b.id, fenced == 1));
+            match proposer.propose(records).await {
                 Ok(_) => tracing::info!(
                     broker = b.id,
                     fenced = fenced == 1,

@@ -51,6 +51,34 @@ pub fn check(image: &MetadataImage, records: &[MetadataRecord]) -> Result<(), Co
                     "a partition of topic {topic_id}, which does not exist"
                 )));
             }
+            // A change of an existing partition (an ISR change, a new
+            // leader) must be made on its current state (Kafka's
+            // AlterPartition checks: INVALID_UPDATE_VERSION,
+            // FENCED_LEADER_EPOCH): the next partition epoch, and in the
+            // same leader epoch the same leader.
+            MetadataRecord::Partition {
+                topic_id,
+                partition_id,
+                leader,
+                leader_epoch,
+                partition_epoch,
+                ..
+            } => {
+                let current = next
+                    .topic_by_id(topic_id)
+                    .and_then(|t| t.partitions.get(partition_id));
+                if let Some(cur) = current {
+                    let stale = *partition_epoch != cur.partition_epoch + 1
+                        || *leader_epoch < cur.leader_epoch
+                        || (*leader_epoch == cur.leader_epoch && *leader != cur.leader);
+                    if stale {
+                        return Err(ControllerError::Conflict(format!(
+                            "stale change of partition {partition_id} of topic {topic_id}: leader {leader} epoch {leader_epoch}, partition epoch {partition_epoch}; current leader {} epoch {}, partition epoch {}",
+                            cur.leader, cur.leader_epoch, cur.partition_epoch
+                        )));
+                    }
+                }
+            }
             MetadataRecord::ProducerIds {
                 next_producer_id, ..
             } if next_producer_id.saturating_sub(BLOCK_SIZE) != next.next_producer_id().max(0) => {

@@ -12,7 +12,7 @@ use super::producer::ProducerCheck;
 use super::validate::{validate, AppendOrigin};
 use super::{lock, Log};
 use crate::config::TimestampType;
-use crate::error::Result;
+use crate::error::{Result, StorageError};
 use crate::segment::Segment;
 
 /// What an append did.
@@ -153,6 +153,132 @@ impl Log {
             base_offset,
             last_offset,
             log_append_time: append_time,
+            log_start_offset: self.log_start_offset(),
+            max_timestamp,
+            record_count,
+            batches: batches.into_iter().map(|(_, h)| h).collect(),
+            duplicate: false,
+        };
+        if unflushed >= config.flush_messages {
+            self.flush()?;
+        }
+        Ok(info)
+    }
+
+    /// Appends batches a follower fetched from its partition leader
+    /// (Kafka's `appendAsFollower`): they keep the leader's offsets,
+    /// partition leader epochs and timestamps, byte for byte. Each batch's
+    /// header and CRC32C are checked (the bytes crossed the network); the
+    /// first batch must start at or after the log end
+    /// ([`StorageError::UnexpectedAppendOffset`] otherwise, a follower
+    /// that did not truncate) and offsets must grow. Producer state follows
+    /// without checks (the leader made them), and each batch's epoch is
+    /// assigned in the leader epoch cache at its base offset. An empty
+    /// `records` appends nothing.
+    ///
+    /// [`StorageError::UnexpectedAppendOffset`]: crate::StorageError::UnexpectedAppendOffset
+    pub fn append_as_follower(&self, records: &[u8]) -> Result<AppendInfo> {
+        let mut batches: Vec<(usize, BatchHeader)> = Vec::new();
+        let mut pos = 0usize;
+        while pos < records.len() {
+            let rest = &records[pos..];
+            let h = BatchHeader::parse(rest)?;
+            let size = h.total_size();
+            if size > rest.len() {
+                return Err(sluice_protocol::ProtocolError::Truncated {
+                    what: "record batch",
+                    need: size,
+                    have: rest.len(),
+                }
+                .into());
+            }
+            batch::validate_crc(&rest[..size])?;
+            if let Some((_, prev)) = batches.last() {
+                if h.base_offset <= prev.last_offset() {
+                    return Err(StorageError::InvalidRecord(format!(
+                        "Out of order offsets in the records fetched for {}: {} after {}",
+                        self.tp,
+                        h.base_offset,
+                        prev.last_offset()
+                    )));
+                }
+            }
+            batches.push((pos, h));
+            pos += size;
+        }
+        let _w = self.writer();
+        self.check_online()?;
+        let log_end = self.log_end_offset();
+        let (Some((_, first)), Some((_, last))) = (batches.first(), batches.last()) else {
+            return Ok(AppendInfo {
+                base_offset: log_end,
+                last_offset: log_end - 1,
+                log_append_time: -1,
+                log_start_offset: self.log_start_offset(),
+                max_timestamp: -1,
+                record_count: 0,
+                batches: Vec::new(),
+                duplicate: false,
+            });
+        };
+        if first.base_offset < log_end {
+            return Err(StorageError::UnexpectedAppendOffset {
+                partition: self.tp.to_string(),
+                first: first.base_offset,
+                log_end,
+            });
+        }
+        let (base_offset, last_offset) = (first.base_offset, last.last_offset());
+        let config = self.config();
+        let now = self.now_ms();
+        let max_timestamp = batches
+            .iter()
+            .map(|(_, h)| h.max_timestamp)
+            .max()
+            .unwrap_or(-1);
+        let record_count: i64 = batches
+            .iter()
+            .map(|(_, h)| i64::from(h.records_count))
+            .sum();
+        let producer_updates = if batches.iter().any(|(_, h)| h.producer_id >= 0) {
+            Some(self.replica_producer_updates(records, &batches)?)
+        } else {
+            None
+        };
+        let segment = self.maybe_roll(
+            &config,
+            records.len() as u64,
+            last_offset,
+            now,
+            max_timestamp,
+        )?;
+        segment
+            .append(records, &batches, config.index_interval_bytes)
+            .map_err(|e| self.go_offline(e))?;
+        self.log_end_offset
+            .store(last_offset + 1, Ordering::Release);
+        if let Some((updates, completed)) = producer_updates {
+            self.apply_producer_updates(updates, &completed, &segment, now)
+                .map_err(|e| self.go_offline(e))?;
+        }
+        {
+            let mut epochs = lock(&self.epochs);
+            let mut changed = false;
+            for (_, h) in &batches {
+                changed |= epochs.assign(h.partition_leader_epoch, h.base_offset);
+            }
+            if changed {
+                epochs.flush().map_err(|e| self.go_offline(e))?;
+            }
+        }
+        let unflushed = self
+            .unflushed_messages
+            .fetch_add(record_count, Ordering::AcqRel)
+            + record_count;
+        let info = AppendInfo {
+            base_offset,
+            last_offset,
+            log_append_time: -1,
             log_start_offset: self.log_start_offset(),
             max_timestamp,
             record_count,

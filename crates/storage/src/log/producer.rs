@@ -194,6 +194,41 @@ impl Log {
         Ok(ProducerCheck::Updates(updates, completed))
     }
 
+    /// The producer updates of batches a follower copies from its leader
+    /// (Kafka's `AppendOrigin.REPLICATION`): offsets are the batches'
+    /// own, nothing is refused (the leader checked), duplicates are not
+    /// looked for. Writer only.
+    pub(super) fn replica_producer_updates(
+        &self,
+        records: &[u8],
+        batches: &[(usize, BatchHeader)],
+    ) -> Result<(Vec<ProducerAppendInfo>, Vec<CompletedTxn>)> {
+        let ps = lock(&self.producers);
+        let mut updates: Vec<ProducerAppendInfo> = Vec::new();
+        let mut completed: Vec<CompletedTxn> = Vec::new();
+        for (pos, h) in batches {
+            if h.producer_id < 0 {
+                continue;
+            }
+            let i = match updates
+                .iter()
+                .position(|u| u.producer_id() == h.producer_id)
+            {
+                Some(i) => i,
+                None => {
+                    updates.push(ps.prepare_update(h.producer_id, ProducerOrigin::Replication));
+                    updates.len() - 1
+                }
+            };
+            let raw = &records[*pos..*pos + h.total_size()];
+            let (first, last) = (h.base_offset, h.last_offset());
+            if let Some(txn) = append_batch(&mut updates[i], h, raw, first, last, &self.tp)? {
+                completed.push(txn);
+            }
+        }
+        Ok((updates, completed))
+    }
+
     /// Applies checked updates once their batches are written to
     /// `segment` (Kafka's `append` after `localLog.append`): producers are
     /// updated, each completed transaction gets its transaction index

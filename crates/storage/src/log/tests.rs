@@ -672,3 +672,81 @@ fn snapshot_files_in_a_partition_folder_are_left_alone() {
         assert!(dir.path().join(n).exists(), "{n}");
     }
 }
+
+/// The raw batches of `log` from `from` to its end, as a fetch reads them.
+fn raw_from(log: &Log, from: i64) -> Vec<u8> {
+    let r = log
+        .read(from, 1 << 20, ReadLimit::LogEnd, true)
+        .expect("read");
+    r.region
+        .map(|region| region.read_to_vec().expect("bytes"))
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_follower_keeps_the_leaders_offsets_epochs_and_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let leader = open(&dir.path().join("leader"), small_config(), &clock);
+    let follower = open(&dir.path().join("follower"), small_config(), &clock);
+    for i in 0..12 {
+        leader
+            .append_as_leader(&mut batch(2, T0 + i, "a"), i as i32 / 5)
+            .expect("append");
+    }
+    // Fetched in two pieces (the second after a roll on the leader).
+    let first = raw_from(&leader, 0);
+    let info = follower.append_as_follower(&first).expect("follow");
+    assert_eq!(info.base_offset, 0);
+    let mut at = follower.log_end_offset();
+    while at < leader.log_end_offset() {
+        follower
+            .append_as_follower(&raw_from(&leader, at))
+            .expect("follow more");
+        at = follower.log_end_offset();
+    }
+    assert_eq!(follower.log_end_offset(), 24);
+    assert_eq!(follower.leader_epochs(), leader.leader_epochs());
+    assert_eq!(follower.leader_epochs(), vec![(0, 0), (1, 10), (2, 20)]);
+    assert_eq!(values(&follower, 0), values(&leader, 0));
+    assert_eq!(raw_from(&follower, 0), raw_from(&leader, 0));
+
+    // Records it already has are refused: it must truncate first.
+    match follower.append_as_follower(&raw_from(&leader, 20)) {
+        Err(StorageError::UnexpectedAppendOffset { first, log_end, .. }) => {
+            assert_eq!((first, log_end), (20, 24));
+        }
+        other => panic!("expected UnexpectedAppendOffset, got {other:?}"),
+    }
+    // A damaged batch is refused whole.
+    leader
+        .append_as_leader(&mut batch(2, T0, "b"), 3)
+        .expect("append");
+    let mut damaged = raw_from(&leader, 24);
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0xff;
+    assert!(matches!(
+        follower.append_as_follower(&damaged),
+        Err(StorageError::Corrupt(_))
+    ));
+    assert_eq!(follower.log_end_offset(), 24);
+    // After truncating, the follower takes the leader's tail again; the
+    // epoch cache loses the truncated epochs and learns the new one.
+    follower.truncate_to(16).expect("truncate");
+    assert_eq!(follower.leader_epochs(), vec![(0, 0), (1, 10)]);
+    while follower.log_end_offset() < leader.log_end_offset() {
+        let at = follower.log_end_offset();
+        follower
+            .append_as_follower(&raw_from(&leader, at))
+            .expect("catch up");
+    }
+    assert_eq!(
+        follower.leader_epochs(),
+        vec![(0, 0), (1, 10), (2, 20), (3, 24)]
+    );
+    assert_eq!(values(&follower, 0), values(&leader, 0));
+    // Nothing fetched, nothing appended.
+    let empty = follower.append_as_follower(&[]).expect("empty");
+    assert_eq!(empty.record_count, 0);
+    assert_eq!(follower.log_end_offset(), 26);
+}

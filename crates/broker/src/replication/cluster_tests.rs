@@ -1,0 +1,476 @@
+//! ISR replication between three in-process combined nodes (each a
+//! running server on loopback, sharing metadata through the quorum): a
+//! topic with replication factor 3 and `min.insync.replicas=2`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proto_kafka::ResponseError;
+use sluice_protocol::record::{BatchBuilder, Compression, Record};
+use sluice_storage::{AppendOrigin, Log, ReadLimit, TopicPartition};
+use tokio::sync::oneshot;
+
+use super::fetcher::PAUSED;
+use crate::broker::Broker;
+use crate::config::BrokerConfig;
+use crate::partition::{Acks, AppendError};
+use crate::server::Server;
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..600 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting for {what}")
+}
+
+struct Node {
+    broker: Arc<Broker>,
+    config: BrokerConfig,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(config: BrokerConfig) -> Node {
+    let server = Server::bind(config.clone()).await.expect("bind");
+    let broker = Arc::clone(server.broker());
+    let (stop, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        server
+            .run(async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("run");
+    });
+    Node {
+        broker,
+        config,
+        stop,
+        task,
+    }
+}
+
+impl Node {
+    async fn stop(self) -> BrokerConfig {
+        let _ = self.stop.send(());
+        drop(self.broker);
+        self.task.await.expect("server task");
+        self.config
+    }
+}
+
+fn batch(value: &str) -> Vec<u8> {
+    let mut b = BatchBuilder::new(Compression::None, 1);
+    b.push(Record::new(
+        Some(b"k".to_vec()),
+        Some(value.as_bytes().to_vec()),
+        1,
+    ));
+    b.build(0).expect("batch")
+}
+
+/// Every byte of `log` from its start to its end.
+fn raw(log: &Log) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = log.log_start_offset();
+    while at < log.log_end_offset() {
+        let r = log
+            .read(at, 1 << 20, ReadLimit::LogEnd, true)
+            .expect("read");
+        let Some(region) = r.region else { break };
+        let bytes = region.read_to_vec().expect("bytes");
+        let mut last = at;
+        for b in sluice_protocol::record::BatchIter::new(&bytes) {
+            let (_, h, _) = b.expect("batch");
+            last = h.last_offset() + 1;
+        }
+        out.extend_from_slice(&bytes);
+        if last == at {
+            break;
+        }
+        at = last;
+    }
+    out
+}
+
+fn log_of(b: &Broker) -> Arc<Log> {
+    b.logs.get(&TopicPartition::new("r", 0)).expect("log")
+}
+
+fn isr(b: &Broker) -> Vec<i32> {
+    b.image()
+        .topic("r")
+        .and_then(|t| t.partitions.get(&0).map(|p| p.isr.clone()))
+        .unwrap_or_default()
+}
+
+/// An acks=all produce of one record on the leader: its end offset, or the
+/// error code.
+async fn produce(leader: &Broker, value: &str) -> Result<i64, ResponseError> {
+    let p = leader.partition("r", 0).expect("led");
+    let info = match p
+        .append(batch(value), AppendOrigin::Client, Acks::All)
+        .await
+    {
+        Ok(info) => info,
+        Err(AppendError::Api(e)) => return Err(e.code),
+        Err(AppendError::Storage(e)) => panic!("storage: {e}"),
+    };
+    let end = info.last_offset + 1;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    p.wait_replicated(end, deadline).await.map(|()| end)
+}
+
+/// Three running combined nodes of one quorum (node ids 1 to 3), every
+/// one registered; `lag_ms` is their `replica.lag.time.max.ms`.
+async fn cluster(lag_ms: u64) -> (Vec<Option<Node>>, Vec<tempfile::TempDir>) {
+    let controllers: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let voters = controllers
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let mut nodes: Vec<Option<Node>> = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let mut c = BrokerConfig::default();
+        let listeners = format!(
+            "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
+            free_port(),
+            controllers[i]
+        );
+        for (k, v) in [
+            ("log.dirs", dir.path().display().to_string()),
+            ("node.id", (i + 1).to_string()),
+            ("process.roles", "broker,controller".into()),
+            ("listeners", listeners),
+            ("controller.listener.names", "CONTROLLER".into()),
+            ("controller.quorum.voters", voters.clone()),
+            ("controller.quorum.election.timeout.ms", "300".into()),
+            ("controller.quorum.request.timeout.ms", "5000".into()),
+            ("broker.session.timeout.ms", "2000".into()),
+            ("replica.lag.time.max.ms", lag_ms.to_string()),
+            ("replica.fetch.wait.max.ms", "200".into()),
+            ("replica.fetch.backoff.ms", "50".into()),
+        ] {
+            c.set(k, &v).expect(k);
+        }
+        nodes.push(Some(start(c).await));
+    }
+    for n in nodes.iter().flatten() {
+        let broker = Arc::clone(&n.broker);
+        eventually("three registered brokers", || {
+            broker.cluster_brokers().len() == 3
+        })
+        .await;
+    }
+    (nodes, dirs)
+}
+
+/// The running broker of node `id`.
+fn node(nodes: &[Option<Node>], id: i32) -> Arc<Broker> {
+    Arc::clone(&nodes[(id - 1) as usize].as_ref().expect("running").broker)
+}
+
+/// Topic `r`: one partition, replication factor 3, min.insync.replicas 2.
+async fn create_r(nodes: &[Option<Node>]) -> sluice_controller::PartitionImage {
+    let creator = node(nodes, 2);
+    let topic = tokio::task::spawn_blocking(move || {
+        creator.create_topic(
+            "r",
+            1,
+            3,
+            &[("min.insync.replicas".into(), "2".into())],
+            false,
+        )
+    })
+    .await
+    .expect("task")
+    .expect("topic");
+    let state = topic.partitions[&0].clone();
+    let leader = node(nodes, state.leader);
+    eventually("the leader leads", || leader.partition("r", 0).is_some()).await;
+    state
+}
+
+/// Pauses or resumes node `id`'s replica fetchers.
+fn pause(nodes: &[Option<Node>], id: i32, paused: bool) {
+    let port = node(nodes, id).advertised.port;
+    let mut set = PAUSED.lock().unwrap_or_else(|p| p.into_inner());
+    if paused {
+        set.insert(port);
+    } else {
+        set.remove(&port);
+    }
+}
+
+/// The partition's state in `b`'s image.
+fn state_in(b: &Broker) -> sluice_controller::PartitionImage {
+    b.image()
+        .topic("r")
+        .and_then(|t| t.partitions.get(&0).cloned())
+        .expect("partition")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
+    let (mut nodes, _dirs) = cluster(800).await;
+    let b = node;
+    let state = create_r(&nodes).await;
+    let leader_id = state.leader;
+    let followers: Vec<i32> = state
+        .replicas
+        .iter()
+        .copied()
+        .filter(|&r| r != leader_id)
+        .collect();
+    assert_eq!(followers.len(), 2);
+    let leader = b(&nodes, leader_id);
+
+    // acks=all is answered only once both followers have the records.
+    for i in 0..20 {
+        let end = produce(&leader, &format!("v{i}")).await.expect("acks=all");
+        for &f in &followers {
+            assert!(
+                log_of(&b(&nodes, f)).log_end_offset() >= end,
+                "follower {f} lacks {end}"
+            );
+        }
+    }
+    // Every replica holds the same batches at the same offsets, and the
+    // followers learn the high watermark.
+    let leader_log = log_of(&leader);
+    for &f in &followers {
+        let fl = log_of(&b(&nodes, f));
+        eventually("the follower's high watermark", || {
+            fl.high_watermark() == 20
+        })
+        .await;
+        assert_eq!(fl.log_end_offset(), 20);
+        assert_eq!(raw(&fl), raw(&leader_log));
+        assert_eq!(fl.leader_epochs(), leader_log.leader_epochs());
+    }
+
+    // One follower stops fetching: it leaves the ISR after the lag time,
+    // and acks=all goes on with two replicas.
+    let (f1, f2) = (followers[0], followers[1]);
+    pause(&nodes, f2, true);
+    eventually("the paused follower out of the ISR", || {
+        isr(&leader).len() == 2 && !isr(&leader).contains(&f2)
+    })
+    .await;
+    for id in 1..=3 {
+        let n = b(&nodes, id);
+        eventually("every node sees the shrunk ISR", || isr(&n).len() == 2).await;
+    }
+    let end = produce(&leader, "with-two")
+        .await
+        .expect("acks=all with two");
+    assert!(log_of(&b(&nodes, f1)).log_end_offset() >= end);
+    assert!(log_of(&b(&nodes, f2)).log_end_offset() < end);
+
+    // The second follower stops too: below min.insync.replicas, acks=all
+    // is refused before the append.
+    pause(&nodes, f1, true);
+    eventually("the leader alone in the ISR", || {
+        isr(&leader) == vec![leader_id]
+    })
+    .await;
+    let before = leader_log.log_end_offset();
+    assert_eq!(
+        produce(&leader, "refused").await,
+        Err(ResponseError::NotEnoughReplicas)
+    );
+    assert_eq!(leader_log.log_end_offset(), before);
+
+    // Both fetch again: they catch up and rejoin the ISR.
+    pause(&nodes, f1, false);
+    pause(&nodes, f2, false);
+    eventually("both followers back in the ISR", || isr(&leader).len() == 3).await;
+    produce(&leader, "all-three").await.expect("acks=all again");
+
+    // A follower node stops and restarts on its folder: it catches up and
+    // rejoins the ISR.
+    let stopped = nodes[(f2 - 1) as usize].take().expect("running");
+    let config = stopped.stop().await;
+    eventually("the stopped follower out of the ISR", || {
+        !isr(&leader).contains(&f2)
+    })
+    .await;
+    produce(&leader, "while-down")
+        .await
+        .expect("acks=all with two");
+    nodes[(f2 - 1) as usize] = Some(start(config).await);
+    eventually("the restarted follower back in the ISR", || {
+        isr(&leader).len() == 3
+    })
+    .await;
+    let end = produce(&leader, "last").await.expect("acks=all");
+    for &f in &followers {
+        let fl = log_of(&b(&nodes, f));
+        eventually("caught up", || fl.log_end_offset() == end).await;
+        assert_eq!(raw(&fl), raw(&leader_log));
+    }
+
+    // The leader's node stops. Once the quorum fences it, a follower of
+    // the ISR leads in the next leader epoch, with every acknowledged
+    // record, and acks=all goes on there with two replicas.
+    let acked = end;
+    drop(leader);
+    drop(leader_log);
+    let config = nodes[(leader_id - 1) as usize]
+        .take()
+        .expect("running")
+        .stop()
+        .await;
+    let survivor = b(&nodes, f1);
+    let new_state = || {
+        survivor
+            .image()
+            .topic("r")
+            .and_then(|t| t.partitions.get(&0).cloned())
+            .expect("partition")
+    };
+    eventually("a new leader from the ISR", || {
+        let s = new_state();
+        s.leader >= 0 && s.leader != leader_id
+    })
+    .await;
+    let elected = new_state();
+    assert!(followers.contains(&elected.leader));
+    assert_eq!(elected.leader_epoch, state.leader_epoch + 1);
+    assert!(!elected.isr.contains(&leader_id));
+    let leader = b(&nodes, elected.leader);
+    eventually("the new leader leads", || {
+        leader.partition("r", 0).is_some()
+    })
+    .await;
+    let leader_log = log_of(&leader);
+    assert!(leader_log.log_end_offset() >= acked);
+    let end = produce(&leader, "after-failover")
+        .await
+        .expect("acks=all on the new leader");
+    assert_eq!(
+        leader_log.leader_epochs().last().copied(),
+        Some((elected.leader_epoch, acked))
+    );
+    // The old leader comes back as a follower: it truncates to where it
+    // agrees with the new leader, catches up and rejoins the ISR.
+    nodes[(leader_id - 1) as usize] = Some(start(config).await);
+    eventually("the old leader back in the ISR", || isr(&leader).len() == 3).await;
+    let end = produce(&leader, "final").await.expect("acks=all").max(end);
+    for id in 1..=3 {
+        let l = log_of(&b(&nodes, id));
+        eventually("every replica caught up", || l.log_end_offset() == end).await;
+        assert_eq!(raw(&l), raw(&leader_log), "replica {id}");
+    }
+
+    drop(leader);
+    drop(leader_log);
+    for n in nodes.into_iter().flatten() {
+        n.stop().await;
+    }
+}
+
+/// KIP-279 across a failover: records the old leader wrote that no
+/// follower has are truncated away when it comes back as a follower of
+/// the new leader, which has written other records at those offsets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deposed_leader_truncates_what_the_new_leader_does_not_have() {
+    // A long lag time: the ISR must not shrink while followers pause.
+    let (mut nodes, _dirs) = cluster(30_000).await;
+    let state = create_r(&nodes).await;
+    let old_id = state.leader;
+    let followers: Vec<i32> = state
+        .replicas
+        .iter()
+        .copied()
+        .filter(|&r| r != old_id)
+        .collect();
+    let old = node(&nodes, old_id);
+    for i in 0..5 {
+        produce(&old, &format!("v{i}")).await.expect("acks=all");
+    }
+    // Both followers stop fetching; the leader takes three acks=1
+    // batches no follower gets.
+    for &f in &followers {
+        pause(&nodes, f, true);
+    }
+    // Fetches already parked on the leader end within
+    // replica.fetch.wait.max.ms; the paused fetchers send no more.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let p = old.partition("r", 0).expect("led");
+    for i in 0..3 {
+        p.append(
+            batch(&format!("lost{i}")),
+            AppendOrigin::Client,
+            Acks::Leader,
+        )
+        .await
+        .map_err(|_| "append")
+        .expect("acks=1");
+    }
+    assert_eq!(p.log().log_end_offset(), 8);
+    drop(p);
+    drop(old);
+    let config = nodes[(old_id - 1) as usize]
+        .take()
+        .expect("running")
+        .stop()
+        .await;
+    for &f in &followers {
+        pause(&nodes, f, false);
+    }
+    // A follower is elected; it writes other records at offsets 5 to 7.
+    let survivor = node(&nodes, followers[0]);
+    eventually("a new leader", || {
+        let s = state_in(&survivor);
+        s.leader >= 0 && s.leader != old_id
+    })
+    .await;
+    let elected = state_in(&survivor);
+    let leader = node(&nodes, elected.leader);
+    eventually("the new leader leads", || {
+        leader.partition("r", 0).is_some()
+    })
+    .await;
+    for i in 0..3 {
+        produce(&leader, &format!("new{i}"))
+            .await
+            .expect("acks=all");
+    }
+    let leader_log = log_of(&leader);
+    assert_eq!(leader_log.log_end_offset(), 8);
+    // The old leader restarts: it truncates to offset 5 and copies the
+    // new leader's records, then rejoins the ISR.
+    nodes[(old_id - 1) as usize] = Some(start(config).await);
+    let back = node(&nodes, old_id);
+    let back_log = log_of(&back);
+    eventually("the old leader caught up", || {
+        back_log.log_end_offset() == 8 && back_log.leader_epochs() == leader_log.leader_epochs()
+    })
+    .await;
+    assert_eq!(raw(&back_log), raw(&leader_log));
+    assert_eq!(
+        back_log.leader_epochs(),
+        vec![(0, 0), (elected.leader_epoch, 5)]
+    );
+    eventually("the old leader back in the ISR", || {
+        state_in(&leader).isr.len() == 3
+    })
+    .await;
+
+    drop((leader, leader_log, survivor, back, back_log));
+    for n in nodes.into_iter().flatten() {
+        n.stop().await;
+    }
+}

@@ -1,0 +1,514 @@
+//! The follower side of replication (Kafka's `ReplicaFetcherManager` and
+//! `ReplicaFetcherThread`): for every other broker that leads partitions
+//! this node is a replica of, one task fetches them with the Fetch API as a
+//! replica (its broker id, each partition's current leader epoch), appends
+//! what comes back as follower ([`sluice_storage::Log::append_as_follower`]:
+//! the leader's offsets, epochs and bytes), and takes the high watermark
+//! the leader answers. Before fetching a partition in a leader epoch it
+//! has not fetched in yet, the task truncates the partition's log with
+//! OffsetForLeaderEpoch and `follower::truncation` (KIP-101/279), round
+//! after round until both logs agree.
+//!
+//! The tasks follow the metadata image: a task whose leader leads nothing
+//! this node follows any more ends; the manager starts one for each new
+//! leader. Connections are plain Kafka connections to the leader's
+//! listener named like this node's (inter-broker traffic shares the client
+//! listener, as `inter.broker.listener.name` defaults to).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use proto_kafka::messages::fetch_request::{FetchPartition, FetchTopic};
+use proto_kafka::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use proto_kafka::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse, RequestHeader, ResponseHeader, TopicName,
+};
+use proto_kafka::protocol::{Decodable, Encodable, StrBytes};
+use proto_kafka::ResponseError;
+use sluice_controller::MetadataImage;
+use sluice_storage::epoch::LeaderEpochCache;
+use sluice_storage::{Log, TopicPartition};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::follower;
+use crate::broker::Broker;
+
+/// Fetch v12: topics by name, `replica_id` at the top level, diverging
+/// epochs available (unused: truncation asks OffsetForLeaderEpoch).
+const FETCH_VERSION: i16 = 12;
+/// OffsetForLeaderEpoch v3: names the replica, not flexible.
+const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 3;
+/// Largest response frame a fetcher reads.
+const MAX_FRAME: usize = 256 << 20;
+/// Rounds of OffsetForLeaderEpoch before giving up for this attempt.
+const MAX_TRUNCATION_ROUNDS: usize = 16;
+
+/// Starts and stops the fetcher tasks until `stop` turns true.
+pub(crate) async fn run(broker: Weak<Broker>, mut stop: watch::Receiver<bool>) {
+    let mut tasks: HashMap<i32, tokio::task::JoinHandle<()>> = HashMap::new();
+    loop {
+        if *stop.borrow() {
+            break;
+        }
+        let Some(b) = broker.upgrade() else { break };
+        if b.metadata.quorum().is_some() {
+            let image = b.image();
+            tasks.retain(|_, t| !t.is_finished());
+            for leader in leaders_followed(&image, b.node_id) {
+                tasks.entry(leader).or_insert_with(|| {
+                    tracing::info!(leader, "starting the replica fetcher");
+                    tokio::spawn(fetch_from(Weak::clone(&broker), leader, stop.clone()))
+                });
+            }
+        }
+        drop(b);
+        tokio::select! {
+            _ = stop.changed() => {}
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
+    for (_, t) in tasks {
+        let _ = t.await;
+    }
+}
+
+/// The brokers leading partitions this node is a follower of.
+fn leaders_followed(image: &MetadataImage, node_id: i32) -> Vec<i32> {
+    let mut out: Vec<i32> = image
+        .topics()
+        .flat_map(|t| t.partitions.values())
+        .filter(|p| p.leader >= 0 && p.leader != node_id && p.replicas.contains(&node_id))
+        .map(|p| p.leader)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// One partition this node follows: name, index, the leader epoch.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Followed {
+    topic: String,
+    partition: i32,
+    leader_epoch: i32,
+}
+
+fn followed_from(image: &MetadataImage, node_id: i32, leader: i32) -> Vec<Followed> {
+    let mut out = Vec::new();
+    for t in image.topics() {
+        for (&p, state) in &t.partitions {
+            if state.leader == leader && state.replicas.contains(&node_id) {
+                out.push(Followed {
+                    topic: t.name.clone(),
+                    partition: p,
+                    leader_epoch: state.leader_epoch,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Brokers (by advertised port, unique in a test process) whose fetchers
+/// are paused (tests: a follower that stops fetching, as a SIGSTOPped one,
+/// while its node keeps its quorum vote).
+#[cfg(test)]
+pub(crate) static PAUSED: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn paused(b: &Broker) -> bool {
+    #[cfg(test)]
+    {
+        PAUSED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&b.advertised.port)
+    }
+    #[cfg(not(test))]
+    {
+        let _ = b;
+        false
+    }
+}
+
+/// Fetches from `leader` for as long as it leads partitions this node
+/// follows.
+async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<bool>) {
+    let mut conn: Option<Conn> = None;
+    // The leader epoch each partition was truncated for.
+    let mut truncated: BTreeMap<(String, i32), i32> = BTreeMap::new();
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let Some(b) = broker.upgrade() else { return };
+        let backoff = Duration::from_millis(b.settings.replica_fetch_backoff_ms.max(10) as u64);
+        if paused(&b) {
+            drop(b);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        let image = b.image();
+        let parts = followed_from(&image, b.node_id, leader);
+        if parts.is_empty() {
+            tracing::info!(
+                leader,
+                "no partitions left to follow; replica fetcher stops"
+            );
+            return;
+        }
+        let result = async {
+            if conn.is_none() {
+                conn = Some(Conn::connect(&b, &image, leader).await?);
+            }
+            let Some(c) = conn.as_mut() else {
+                return Err("no connection".to_string());
+            };
+            let pending: Vec<&Followed> = parts
+                .iter()
+                .filter(|p| truncated.get(&(p.topic.clone(), p.partition)) != Some(&p.leader_epoch))
+                .collect();
+            for p in pending {
+                if truncate(&b, c, p).await? {
+                    truncated.insert((p.topic.clone(), p.partition), p.leader_epoch);
+                }
+            }
+            let ready: Vec<&Followed> = parts
+                .iter()
+                .filter(|p| truncated.get(&(p.topic.clone(), p.partition)) == Some(&p.leader_epoch))
+                .collect();
+            if ready.is_empty() {
+                return Ok(false);
+            }
+            let resp = fetch(&b, c, &ready).await?;
+            let b2 = Arc::clone(&b);
+            let redo = tokio::task::spawn_blocking(move || apply(&b2, resp))
+                .await
+                .map_err(|e| e.to_string())?;
+            for key in &redo {
+                truncated.remove(key);
+            }
+            Ok(!redo.is_empty())
+        };
+        let outcome = tokio::select! {
+            r = result => r,
+            () = wait_stop(stop.clone()) => return,
+        };
+        drop(b);
+        match outcome {
+            Ok(false) => {}
+            Ok(true) => tokio::time::sleep(backoff.min(Duration::from_millis(100))).await,
+            Err(e) => {
+                tracing::debug!(leader, error = %e, "replica fetch failed; retrying");
+                conn = None;
+                tokio::time::sleep(backoff).await;
+            }
+        }
+    }
+}
+
+async fn wait_stop(mut stop: watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The follower's log of `p`.
+fn log_of(b: &Broker, topic: &str, partition: i32) -> Result<Arc<Log>, String> {
+    b.logs
+        .get(&TopicPartition::new(topic, partition))
+        .ok_or_else(|| format!("no log for {topic}-{partition}"))
+}
+
+/// Truncates `p`'s log to where it agrees with the leader (KIP-279).
+/// `Ok(false)`: the leader cannot answer yet (it does not know the epoch
+/// yet, or is not the leader any more); try again later.
+async fn truncate(b: &Arc<Broker>, c: &mut Conn, p: &Followed) -> Result<bool, String> {
+    let log = log_of(b, &p.topic, p.partition)?;
+    for _ in 0..MAX_TRUNCATION_ROUNDS {
+        let entries = log.leader_epochs();
+        let mut cache = LeaderEpochCache::in_memory();
+        for &(e, o) in &entries {
+            cache.assign(e, o);
+        }
+        let Some(epoch) = follower::epoch_to_ask(&cache) else {
+            // An empty history has nothing to disagree on.
+            return Ok(true);
+        };
+        let mut req = OffsetForLeaderEpochRequest::default();
+        req.replica_id = BrokerId(b.node_id);
+        let mut t = OffsetForLeaderTopic::default();
+        t.topic = TopicName(StrBytes::from_string(p.topic.clone()));
+        let mut part = OffsetForLeaderPartition::default();
+        part.partition = p.partition;
+        part.current_leader_epoch = p.leader_epoch;
+        part.leader_epoch = epoch;
+        t.partitions.push(part);
+        req.topics.push(t);
+        let resp: OffsetForLeaderEpochResponse = c
+            .call(
+                ApiKey::OffsetForLeaderEpoch,
+                OFFSET_FOR_LEADER_EPOCH_VERSION,
+                &req,
+            )
+            .await?;
+        let Some(r) = resp
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|r| r.partition == p.partition)
+        else {
+            return Err("OffsetForLeaderEpoch answered without the partition".into());
+        };
+        if r.error_code != 0 {
+            tracing::debug!(partition = %format!("{}-{}", p.topic, p.partition), error = r.error_code, "OffsetForLeaderEpoch refused");
+            return Ok(false);
+        }
+        let leo = log.log_end_offset();
+        let hw = log.high_watermark();
+        let t = follower::truncation(&cache, leo, hw, r.leader_epoch, r.end_offset);
+        if t.offset < leo {
+            tracing::info!(
+                partition = %format!("{}-{}", p.topic, p.partition),
+                from = leo, to = t.offset, leader_epoch = p.leader_epoch,
+                "truncating the follower's log to where it agrees with the leader"
+            );
+            let l = Arc::clone(&log);
+            tokio::task::spawn_blocking(move || l.truncate_to(t.offset))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+        }
+        if t.complete {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// One Fetch for the `ready` partitions, from each one's log end.
+async fn fetch(b: &Broker, c: &mut Conn, ready: &[&Followed]) -> Result<FetchResponse, String> {
+    let s = &b.settings;
+    let mut req = FetchRequest::default();
+    req.replica_id = BrokerId(b.node_id);
+    req.max_wait_ms = s.replica_fetch_wait_max_ms.max(0);
+    req.min_bytes = 1;
+    req.max_bytes = i32::MAX;
+    req.isolation_level = 0;
+    req.session_id = 0;
+    req.session_epoch = -1;
+    let mut topics: Vec<FetchTopic> = Vec::new();
+    for p in ready {
+        let log = log_of(b, &p.topic, p.partition)?;
+        let mut fp = FetchPartition::default();
+        fp.partition = p.partition;
+        fp.current_leader_epoch = p.leader_epoch;
+        fp.fetch_offset = log.log_end_offset();
+        fp.last_fetched_epoch = -1;
+        fp.log_start_offset = log.log_start_offset();
+        fp.partition_max_bytes = s.replica_fetch_max_bytes.max(1);
+        match topics.last_mut() {
+            Some(t) if t.topic.0.as_str() == p.topic => t.partitions.push(fp),
+            _ => {
+                let mut t = FetchTopic::default();
+                t.topic = TopicName(StrBytes::from_string(p.topic.clone()));
+                t.partitions.push(fp);
+                topics.push(t);
+            }
+        }
+    }
+    req.topics = topics;
+    c.call(ApiKey::Fetch, FETCH_VERSION, &req).await
+}
+
+/// Appends what a Fetch brought and takes the leader's high watermark.
+/// Returns the partitions to truncate again (the leader said the fetch
+/// offset is out of range).
+fn apply(b: &Broker, resp: FetchResponse) -> Vec<(String, i32)> {
+    let mut redo = Vec::new();
+    if resp.error_code != 0 {
+        tracing::debug!(error = resp.error_code, "replica fetch refused");
+        return redo;
+    }
+    for t in resp.responses {
+        let topic = t.topic.0.to_string();
+        for pd in t.partitions {
+            let name = format!("{topic}-{}", pd.partition_index);
+            let Ok(log) = log_of(b, &topic, pd.partition_index) else {
+                continue;
+            };
+            match ResponseError::try_from_code(pd.error_code) {
+                None => {}
+                Some(ResponseError::OffsetOutOfRange) => {
+                    // Behind the leader's log start: start over there.
+                    // Ahead of its log end: truncate again.
+                    let start = pd.log_start_offset;
+                    if start >= 0 && log.log_end_offset() < start {
+                        if let Err(e) = log.truncate_fully_and_start_at(start) {
+                            tracing::error!(partition = %name, error = %e, "cannot restart the follower's log");
+                        }
+                    } else {
+                        redo.push((topic.clone(), pd.partition_index));
+                    }
+                    continue;
+                }
+                Some(e) => {
+                    tracing::debug!(partition = %name, error = ?e, "replica fetch refused for a partition");
+                    continue;
+                }
+            }
+            if let Some(records) = pd.records.as_ref().filter(|r| !r.is_empty()) {
+                let whole = whole_batches(records);
+                if !whole.is_empty() {
+                    if let Err(e) = log.append_as_follower(whole) {
+                        tracing::warn!(partition = %name, error = %e, "follower append failed");
+                        if matches!(
+                            e,
+                            sluice_storage::StorageError::UnexpectedAppendOffset { .. }
+                        ) {
+                            redo.push((topic.clone(), pd.partition_index));
+                        }
+                        continue;
+                    }
+                }
+            }
+            if pd.high_watermark >= 0 {
+                let hw = pd.high_watermark.min(log.log_end_offset());
+                if hw > log.high_watermark() {
+                    log.set_high_watermark(hw);
+                }
+            }
+        }
+    }
+    redo
+}
+
+/// The whole batches at the front of `records` (a fetch may end inside a
+/// batch).
+fn whole_batches(records: &[u8]) -> &[u8] {
+    const LENGTH_END: usize = 12;
+    let mut pos = 0usize;
+    while records.len() >= pos + LENGTH_END {
+        let len = i32::from_be_bytes([
+            records[pos + 8],
+            records[pos + 9],
+            records[pos + 10],
+            records[pos + 11],
+        ]);
+        let Ok(len) = usize::try_from(len) else { break };
+        let end = pos + LENGTH_END + len;
+        if end > records.len() {
+            break;
+        }
+        pos = end;
+    }
+    &records[..pos]
+}
+
+/// A plain Kafka connection to another broker: one request at a time.
+struct Conn {
+    stream: TcpStream,
+    correlation: i32,
+    client_id: String,
+}
+
+impl Conn {
+    async fn connect(b: &Broker, image: &MetadataImage, leader: i32) -> Result<Self, String> {
+        let reg = image
+            .broker(leader)
+            .ok_or_else(|| format!("broker {leader} is not registered"))?;
+        let e = reg
+            .endpoints
+            .iter()
+            .find(|e| e.name == b.advertised.name)
+            .or_else(|| reg.endpoints.first())
+            .ok_or_else(|| format!("broker {leader} has no endpoint"))?;
+        let addr = format!("{}:{}", e.host, e.port);
+        let stream = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(&addr))
+            .await
+            .map_err(|_| format!("connecting to {addr} timed out"))?
+            .map_err(|e| format!("connecting to {addr}: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        Ok(Self {
+            stream,
+            correlation: 0,
+            client_id: format!("broker-{}-fetcher-{leader}", b.node_id),
+        })
+    }
+
+    async fn call<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        body: &Req,
+    ) -> Result<Resp, String> {
+        self.correlation = self.correlation.wrapping_add(1);
+        let mut header = RequestHeader::default();
+        header.request_api_key = key as i16;
+        header.request_api_version = version;
+        header.correlation_id = self.correlation;
+        header.client_id = Some(StrBytes::from_string(self.client_id.clone()));
+        let hv = key.request_header_version(version);
+        let mut frame = BytesMut::new();
+        frame.put_i32(0);
+        header
+            .encode(&mut frame, hv)
+            .map_err(|e| format!("encoding a request header: {e}"))?;
+        body.encode(&mut frame, version)
+            .map_err(|e| format!("encoding a request: {e}"))?;
+        let size = (frame.len() - 4) as i32;
+        frame[0..4].copy_from_slice(&size.to_be_bytes());
+        let io = async {
+            self.stream.write_all(&frame).await?;
+            let len = self.stream.read_i32().await?;
+            let len = usize::try_from(len)
+                .ok()
+                .filter(|l| *l <= MAX_FRAME)
+                .ok_or_else(|| std::io::Error::other(format!("bad response size {len}")))?;
+            let mut buf = vec![0u8; len];
+            self.stream.read_exact(&mut buf).await?;
+            Ok::<_, std::io::Error>(buf)
+        };
+        let buf = tokio::time::timeout(Duration::from_secs(30), io)
+            .await
+            .map_err(|_| "request timed out".to_string())?
+            .map_err(|e| format!("connection: {e}"))?;
+        let mut body = Bytes::from(buf);
+        let header = ResponseHeader::decode(&mut body, key.response_header_version(version))
+            .map_err(|e| format!("decoding a response header: {e}"))?;
+        if header.correlation_id != self.correlation {
+            return Err(format!(
+                "response with correlation id {}, expected {}",
+                header.correlation_id, self.correlation
+            ));
+        }
+        Resp::decode(&mut body, version).map_err(|e| format!("decoding a response: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_batches_stop_before_a_cut_batch() {
+        let mut b = vec![0u8; 8];
+        b.extend_from_slice(&4i32.to_be_bytes());
+        b.extend_from_slice(&[1, 2, 3, 4]);
+        let one = b.len();
+        b.extend_from_slice(&[0; 8]);
+        b.extend_from_slice(&100i32.to_be_bytes());
+        b.extend_from_slice(&[9; 10]);
+        assert_eq!(whole_batches(&b).len(), one);
+        assert!(whole_batches(&b[..5]).is_empty());
+    }
+}
