@@ -65,10 +65,17 @@ main({
       })
       if (commit) await txn.commit()
       else await txn.abort()
-      // Offsets become visible with the commit marker only; an abort
-      // leaves the last committed ones.
+      // Offsets become visible with the commit marker only (written after
+      // EndTxn answers, so wait for it); an abort leaves the last
+      // committed ones.
       const last = commit ? n : n - 1
-      assert.deepEqual(await committedOffsets(admin), [0, 1, 2].map(p => [p, String(10 * (last + 1) + p)]))
+      const want = [0, 1, 2].map(p => [p, String(10 * (last + 1) + p)])
+      let got
+      await waitFor(`committed offsets ${JSON.stringify(want)}`, async () => {
+        got = await committedOffsets(admin)
+        return JSON.stringify(got) === JSON.stringify(want)
+      }, 10000).catch(() => {})
+      assert.deepEqual(got, want)
     }
     await producer.disconnect()
     assert.deepEqual(await readAll(false, 9), committed)
