@@ -47,6 +47,8 @@ mod producer_ids;
 mod reconcile;
 mod replication;
 pub mod server;
+#[cfg(test)]
+mod test_quorum;
 mod txn_coordinator;
 mod txn_markers;
 

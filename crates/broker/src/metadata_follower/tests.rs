@@ -9,21 +9,10 @@ use proto_kafka::ResponseError;
 use sluice_storage::TopicPartition;
 
 use crate::broker::Broker;
-use crate::config::BrokerConfig;
+use crate::test_quorum::{eventually_within, three_node_configs};
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..400 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("timed out waiting for {what}")
+async fn eventually(what: &str, f: impl FnMut() -> bool) {
+    eventually_within(10_000, what, f).await
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -32,36 +21,14 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_share_metadata_through_the_quorum() {
-    let controllers: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let voters = controllers
-        .iter()
-        .enumerate()
-        .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
-        .collect::<Vec<_>>()
-        .join(",");
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let mut brokers: Vec<Arc<Broker>> = Vec::new();
-    for (i, dir) in dirs.iter().enumerate() {
-        let mut c = BrokerConfig::default();
-        let listeners = format!(
-            "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
-            free_port(),
-            controllers[i]
-        );
-        for (k, v) in [
-            ("log.dirs", dir.path().display().to_string()),
-            ("node.id", (i + 1).to_string()),
-            ("process.roles", "broker,controller".into()),
-            ("listeners", listeners),
-            ("controller.listener.names", "CONTROLLER".into()),
-            ("controller.quorum.voters", voters.clone()),
-            ("controller.quorum.election.timeout.ms", "300".into()),
-            ("controller.quorum.request.timeout.ms", "5000".into()),
+    let (configs, dirs) = three_node_configs(|i| {
+        vec![
             ("broker.rack", format!("rack-{}", i % 2)),
             ("broker.session.timeout.ms", "1000".into()),
-        ] {
-            c.set(k, &v).expect(k);
-        }
+        ]
+    });
+    let mut brokers: Vec<Arc<Broker>> = Vec::new();
+    for c in configs {
         brokers.push(blocking(move || Broker::open(c)).await.expect("open"));
     }
     let leader = brokers[0]

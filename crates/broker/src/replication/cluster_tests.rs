@@ -15,20 +15,10 @@ use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::partition::{Acks, AppendError};
 use crate::server::Server;
+use crate::test_quorum::{eventually_within, three_node_configs};
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..600 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("timed out waiting for {what}")
+async fn eventually(what: &str, f: impl FnMut() -> bool) {
+    eventually_within(15_000, what, f).await
 }
 
 struct Node {
@@ -132,38 +122,16 @@ async fn produce(leader: &Broker, value: &str) -> Result<i64, ResponseError> {
 /// Three running combined nodes of one quorum (node ids 1 to 3), every
 /// one registered; `lag_ms` is their `replica.lag.time.max.ms`.
 async fn cluster(lag_ms: u64) -> (Vec<Option<Node>>, Vec<tempfile::TempDir>) {
-    let controllers: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let voters = controllers
-        .iter()
-        .enumerate()
-        .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
-        .collect::<Vec<_>>()
-        .join(",");
-    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let mut nodes: Vec<Option<Node>> = Vec::new();
-    for (i, dir) in dirs.iter().enumerate() {
-        let mut c = BrokerConfig::default();
-        let listeners = format!(
-            "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
-            free_port(),
-            controllers[i]
-        );
-        for (k, v) in [
-            ("log.dirs", dir.path().display().to_string()),
-            ("node.id", (i + 1).to_string()),
-            ("process.roles", "broker,controller".into()),
-            ("listeners", listeners),
-            ("controller.listener.names", "CONTROLLER".into()),
-            ("controller.quorum.voters", voters.clone()),
-            ("controller.quorum.election.timeout.ms", "300".into()),
-            ("controller.quorum.request.timeout.ms", "5000".into()),
+    let (configs, dirs) = three_node_configs(|_| {
+        vec![
             ("broker.session.timeout.ms", "2000".into()),
             ("replica.lag.time.max.ms", lag_ms.to_string()),
             ("replica.fetch.wait.max.ms", "200".into()),
             ("replica.fetch.backoff.ms", "50".into()),
-        ] {
-            c.set(k, &v).expect(k);
-        }
+        ]
+    });
+    let mut nodes: Vec<Option<Node>> = Vec::new();
+    for c in configs {
         nodes.push(Some(start(c).await));
     }
     for n in nodes.iter().flatten() {
