@@ -11,9 +11,24 @@ use sluice_protocol::record::batch::{self, BatchHeader};
 use super::producer::ProducerCheck;
 use super::validate::{validate, AppendOrigin};
 use super::{lock, Log};
-use crate::config::TimestampType;
+use crate::config::{LogConfig, TimestampType};
 use crate::error::{Result, StorageError};
+use crate::producer::{CompletedTxn, ProducerAppendInfo};
 use crate::segment::Segment;
+
+/// What [`Log::write_batches`] writes: checked batches with final offsets.
+struct Written<'a> {
+    config: &'a LogConfig,
+    records: &'a [u8],
+    batches: Vec<(usize, BatchHeader)>,
+    producer_updates: Option<(Vec<ProducerAppendInfo>, Vec<CompletedTxn>)>,
+    base_offset: i64,
+    last_offset: i64,
+    log_append_time: i64,
+    max_timestamp: i64,
+    record_count: i64,
+    now: i64,
+}
 
 /// What an append did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,49 +135,18 @@ impl Log {
             max_timestamp = max_timestamp.max(h.max_timestamp);
             record_count += i64::from(h.records_count);
         }
-        let last_offset = next - 1;
-
-        let segment = self.maybe_roll(
-            &config,
-            records.len() as u64,
-            last_offset,
-            now,
-            max_timestamp,
-        )?;
-        segment
-            .append(records, &batches, config.index_interval_bytes)
-            .map_err(|e| self.go_offline(e))?;
-        self.log_end_offset.store(next, Ordering::Release);
-        if let Some((updates, completed)) = producer_updates {
-            // A failed transaction index write leaves the index behind the
-            // log: the log goes offline and recovery rebuilds the index.
-            self.apply_producer_updates(updates, &completed, &segment, now)
-                .map_err(|e| self.go_offline(e))?;
-        }
-        {
-            let mut epochs = lock(&self.epochs);
-            if epochs.assign(leader_epoch, base_offset) {
-                epochs.flush().map_err(|e| self.go_offline(e))?;
-            }
-        }
-        let unflushed = self
-            .unflushed_messages
-            .fetch_add(record_count, Ordering::AcqRel)
-            + record_count;
-        let info = AppendInfo {
+        self.write_batches(Written {
+            config: &config,
+            records,
+            batches,
+            producer_updates,
             base_offset,
-            last_offset,
+            last_offset: next - 1,
             log_append_time: append_time,
-            log_start_offset: self.log_start_offset(),
             max_timestamp,
             record_count,
-            batches: batches.into_iter().map(|(_, h)| h).collect(),
-            duplicate: false,
-        };
-        if unflushed >= config.flush_messages {
-            self.flush()?;
-        }
-        Ok(info)
+            now,
+        })
     }
 
     /// Appends batches a follower fetched from its partition leader
@@ -245,8 +229,40 @@ impl Log {
         } else {
             None
         };
+        self.write_batches(Written {
+            config: &config,
+            records,
+            batches,
+            producer_updates,
+            base_offset,
+            last_offset,
+            log_append_time: -1,
+            max_timestamp,
+            record_count,
+            now,
+        })
+    }
+
+    /// The part of an append that both leaders and followers do once the
+    /// batches are checked and their offsets final: roll if needed, write
+    /// the segment and its indexes, move the log end, apply producer
+    /// state, record each batch's leader epoch in the epoch cache, and
+    /// flush by `flush.messages`.
+    fn write_batches(&self, w: Written<'_>) -> Result<AppendInfo> {
+        let Written {
+            config,
+            records,
+            batches,
+            producer_updates,
+            base_offset,
+            last_offset,
+            log_append_time,
+            max_timestamp,
+            record_count,
+            now,
+        } = w;
         let segment = self.maybe_roll(
-            &config,
+            config,
             records.len() as u64,
             last_offset,
             now,
@@ -258,6 +274,8 @@ impl Log {
         self.log_end_offset
             .store(last_offset + 1, Ordering::Release);
         if let Some((updates, completed)) = producer_updates {
+            // A failed transaction index write leaves the index behind the
+            // log: the log goes offline and recovery rebuilds the index.
             self.apply_producer_updates(updates, &completed, &segment, now)
                 .map_err(|e| self.go_offline(e))?;
         }
@@ -278,7 +296,7 @@ impl Log {
         let info = AppendInfo {
             base_offset,
             last_offset,
-            log_append_time: -1,
+            log_append_time,
             log_start_offset: self.log_start_offset(),
             max_timestamp,
             record_count,
