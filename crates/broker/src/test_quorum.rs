@@ -68,3 +68,12 @@ pub(crate) fn three_node_configs(
         .collect();
     (configs, dirs)
 }
+
+/// Held for the whole of a test that runs a three-node cluster: such tests
+/// run one at a time, so two clusters' timers (elections, the ISR lag
+/// time) never compete for the same cores.
+pub(crate) async fn one_cluster_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::LazyLock<tokio::sync::Mutex<()>> =
+        std::sync::LazyLock::new(|| tokio::sync::Mutex::new(()));
+    LOCK.lock().await
+}

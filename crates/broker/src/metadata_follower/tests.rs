@@ -9,10 +9,10 @@ use proto_kafka::ResponseError;
 use sluice_storage::TopicPartition;
 
 use crate::broker::Broker;
-use crate::test_quorum::{eventually_within, three_node_configs};
+use crate::test_quorum::{eventually_within, one_cluster_at_a_time, three_node_configs};
 
 async fn eventually(what: &str, f: impl FnMut() -> bool) {
-    eventually_within(10_000, what, f).await
+    eventually_within(30_000, what, f).await
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -21,6 +21,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_share_metadata_through_the_quorum() {
+    let _cluster = one_cluster_at_a_time().await;
     let (configs, dirs) = three_node_configs(|i| {
         vec![
             ("broker.rack", format!("rack-{}", i % 2)),

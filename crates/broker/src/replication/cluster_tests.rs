@@ -15,10 +15,10 @@ use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::partition::{Acks, AppendError};
 use crate::server::Server;
-use crate::test_quorum::{eventually_within, three_node_configs};
+use crate::test_quorum::{eventually_within, one_cluster_at_a_time, three_node_configs};
 
 async fn eventually(what: &str, f: impl FnMut() -> bool) {
-    eventually_within(15_000, what, f).await
+    eventually_within(40_000, what, f).await
 }
 
 struct Node {
@@ -191,7 +191,8 @@ fn state_in(b: &Broker) -> sluice_controller::PartitionImage {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
-    let (mut nodes, _dirs) = cluster(800).await;
+    let _cluster = one_cluster_at_a_time().await;
+    let (mut nodes, _dirs) = cluster(1500).await;
     let b = node;
     let state = create_r(&nodes).await;
     let leader_id = state.leader;
@@ -354,6 +355,7 @@ async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
 /// the new leader, which has written other records at those offsets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deposed_leader_truncates_what_the_new_leader_does_not_have() {
+    let _cluster = one_cluster_at_a_time().await;
     // A long lag time: the ISR must not shrink while followers pause.
     let (mut nodes, _dirs) = cluster(30_000).await;
     let state = create_r(&nodes).await;
