@@ -248,3 +248,104 @@ def test_no_acknowledged_record_is_lost_across_kills_pauses_and_controller_failo
               f"commit errors {group.commit_errors}")
     finally:
         cluster.stop()
+
+
+def coordinator_partition(key, partitions):
+    """Kafka's `Utils.abs(key.hashCode()) % partitions`."""
+    units = key.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i:i + 2], "big")) & 0xFFFFFFFF
+    if h >= 1 << 31:
+        h -= 1 << 32
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def test_transactions_commit_across_nodes_and_survive_the_coordinators_loss(tmp_path):
+    """A confluent-kafka transactional producer writes to three partitions
+    led by the three nodes (markers go to each leader); the node of its
+    transaction coordinator is SIGKILLed mid-way. Committed transactions
+    are read_committed-visible exactly once, aborted ones never."""
+    from confluent_kafka import KafkaError
+
+    cluster = Cluster(tmp_path, extra={"transaction.state.log.num.partitions": "5"}).start()
+    try:
+        admin = cluster.admin()
+        admin.create_topics([NewTopic("txn-out", 3, 3, config={"min.insync.replicas": "2"})])["txn-out"].result(30)
+        cluster.wait_full_isr("txn-out", 3)
+        leaders = {cluster.partition("txn-out", p)[0] for p in range(3)}
+        assert len(leaders) == 3, f"partitions not spread over the nodes: {leaders}"
+
+        txn_id = "failover-txn"
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id,
+                             "transaction.timeout.ms": 30_000, "message.timeout.ms": 30_000, "log_level": 0})
+        producer.init_transactions(60)
+        committed, aborted = [], []
+
+        def run(t):
+            """One transaction; True when committed."""
+            producer.begin_transaction()
+            for p in range(3):
+                for i in range(10):
+                    producer.produce("txn-out", value=b"t-%d-%d-%d" % (t, p, i), partition=p)
+            if t % 5 == 4:
+                producer.abort_transaction(60)
+                aborted.append(t)
+                return
+            producer.commit_transaction(60)
+            committed.append(t)
+
+        def attempt(t):
+            while True:
+                try:
+                    return run(t)
+                except KafkaException as e:
+                    err = e.args[0]
+                    assert not err.fatal(), f"fatal: {err}"
+                    if err.txn_requires_abort():
+                        producer.abort_transaction(60)
+                        aborted.append(t)
+                        return
+                    if not err.retriable() and err.code() != KafkaError._TIMED_OUT:
+                        raise
+                    time.sleep(0.5)
+
+        for t in range(10):
+            attempt(t)
+        # The coordinator's node (the leader of the id's
+        # __transaction_state partition) dies.
+        p = coordinator_partition(txn_id, 5)
+        coordinator = cluster.nodes[cluster.partition("__transaction_state", p)[0]]
+        coordinator.kill()
+        for t in range(10, 20):
+            attempt(t)
+        coordinator.start()
+        cluster.wait_full_isr("txn-out", 3)
+        for t in range(20, 25):
+            attempt(t)
+
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "txn-reader",
+                             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False, "log_level": 0})
+        consumer.assign([TopicPartition("txn-out", p, OFFSET_BEGINNING) for p in range(3)])
+        expected = {b"t-%d-%d-%d" % (t, p, i) for t in committed for p in range(3) for i in range(10)}
+        seen = []
+        deadline = time.time() + 60
+        while len(seen) < len(expected) and time.time() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                seen.append(msg.value())
+        # Nothing more after the last committed record.
+        end = time.time() + 2
+        while time.time() < end:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                seen.append(msg.value())
+        consumer.close()
+        assert len(seen) == len(set(seen)), "a committed record read twice"
+        assert set(seen) == expected, (
+            f"{len(expected - set(seen))} committed records missing, "
+            f"{len(set(seen) - expected)} from aborted transactions visible")
+        assert len(committed) >= 15, (committed, aborted)
+    finally:
+        cluster.stop()
