@@ -5,7 +5,13 @@ with its own data folder; stopped, killed, paused and resumed by PID.
 
 Timers are shortened so that failover fits a test: a node silent for
 `broker.session.timeout.ms` (3 s) is fenced and its leaderships move; a
-follower behind for `replica.lag.time.max.ms` (3 s) leaves the ISR."""
+follower behind for `replica.lag.time.max.ms` (3 s) leaves the ISR.
+
+With `proxied=True` every node's broker and controller listeners are
+reached by the other nodes (and by clients after bootstrap) through a
+tests/compat/netproxy.py proxy of its own: the advertised listener and
+the `controller.quorum.voters` addresses are the proxies', so cutting a
+node's proxies cuts every link into it while the node runs on."""
 import os
 import signal
 import socket
@@ -18,13 +24,14 @@ from confluent_kafka.admin import AdminClient
 
 import wire
 from conftest import BIN, free_port
+from netproxy import Proxy
 
 SESSION_TIMEOUT_MS = 3000
 LAG_TIME_MS = 3000
 
 
 class Node:
-    def __init__(self, node_id, folder, broker_port, controller_port, voters, extra):
+    def __init__(self, node_id, folder, broker_port, controller_port, voters, extra, proxies=()):
         self.id = node_id
         self.folder = Path(folder)
         self.port = broker_port
@@ -32,6 +39,9 @@ class Node:
         self.properties = self.folder / f"server-{node_id}.properties"
         self.log_path = self.folder / f"node-{node_id}.log"
         self.proc = None
+        self.proxies = list(proxies)
+        advertised = ([f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.proxies[0].port}"]
+                      if self.proxies else [])
         lines = [
             "process.roles=broker,controller",
             f"node.id={node_id}",
@@ -43,6 +53,7 @@ class Node:
             f"replica.lag.time.max.ms={LAG_TIME_MS}",
             "replica.fetch.wait.max.ms=200",
             "group.initial.rebalance.delay.ms=0",
+            *advertised,
             *[f"{k}={v}" for k, v in extra.items()],
         ]
         self.properties.write_text("\n".join(lines) + "\n")
@@ -102,6 +113,15 @@ class Node:
         except OSError:
             return ""
 
+    def cut(self, mode):
+        """Cuts every link into this node ("drop" or "blackhole")."""
+        for p in self.proxies:
+            p.cut(mode)
+
+    def heal(self):
+        for p in self.proxies:
+            p.heal()
+
     def view(self, topic):
         """This node's own answer to Metadata v1 for `topic`:
         {partition: (leader, replicas, isr)} (each node answers from its
@@ -159,12 +179,14 @@ class Reader:
 class Cluster:
     """Three combined nodes (ids 1 to 3) of one metadata quorum."""
 
-    def __init__(self, folder, extra=None):
+    def __init__(self, folder, extra=None, proxied=False):
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         ports = [(free_port(), free_port()) for _ in range(3)]
-        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
-        self.nodes = {i + 1: Node(i + 1, folder, b, c, voters, extra or {})
+        proxies = [(Proxy(b), Proxy(c)) if proxied else () for b, c in ports]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{proxies[i][1].port if proxied else c}"
+                          for i, (_, c) in enumerate(ports))
+        self.nodes = {i + 1: Node(i + 1, folder, b, c, voters, extra or {}, proxies[i])
                       for i, (b, c) in enumerate(ports)}
 
     @property
@@ -182,6 +204,9 @@ class Cluster:
     def stop(self):
         for n in self.nodes.values():
             n.stop()
+        for n in self.nodes.values():
+            for p in n.proxies:
+                p.close()
 
     def admin(self):
         return AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
