@@ -19,147 +19,13 @@ SIGKILLs the metadata quorum's leader and restarts it. Afterwards:
   acknowledged (they survive the loss of the coordinator's node).
 """
 import signal
-import subprocess
-import threading
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from cluster import LAG_TIME_MS, Cluster
-from conftest import BIN
-
-TOPIC = "jepsen"
-PARTITIONS = 3
-GROUP = "jepsen-group"
-
-
-class ConfluentProducer(threading.Thread):
-    """Sends c-0, c-1, ... until stopped; keeps what was acknowledged."""
-
-    def __init__(self, bootstrap):
-        super().__init__(daemon=True)
-        self.p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                           "linger.ms": 5, "message.timeout.ms": 120_000, "log_level": 0})
-        self.stop = threading.Event()
-        self.acked = []  # (partition, offset, value)
-        self.failed = []
-        self.sent = 0
-
-    def report(self, err, msg):
-        if err is None:
-            self.acked.append((msg.partition(), msg.offset(), msg.value()))
-        else:
-            self.failed.append(str(err))
-
-    def run(self):
-        while not self.stop.is_set():
-            value = b"c-%d" % self.sent
-            try:
-                self.p.produce(TOPIC, key=b"k%d" % (self.sent % 10), value=value, on_delivery=self.report)
-                self.sent += 1
-            except BufferError:
-                pass
-            self.p.poll(0.002)
-        self.p.flush(120)
-
-
-class SluiceProducer(threading.Thread):
-    """`sluice produce` (sluice-client, idempotent, acks=all) fed s-0,
-    s-1, ... on stdin until stopped; it exits 0 only when every line was
-    acknowledged."""
-
-    def __init__(self, bootstrap):
-        super().__init__(daemon=True)
-        self.proc = subprocess.Popen(
-            [BIN, "produce", "--topic", TOPIC, "--bootstrap-server", bootstrap, "--verbose"],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.stop = threading.Event()
-        self.sent = 0
-
-    def run(self):
-        while not self.stop.is_set():
-            self.proc.stdin.write(b"s-%d\n" % self.sent)
-            self.proc.stdin.flush()
-            self.sent += 1
-            time.sleep(0.004)
-        self.proc.stdin.close()
-
-    def finish(self):
-        self.stop.set()
-        self.join()
-        code = self.proc.wait(timeout=180)
-        return code, self.proc.stderr.read().decode(errors="replace")
-
-
-class GroupConsumer(threading.Thread):
-    """A consumer group member that polls, commits every 100 records
-    (synchronously) and keeps what it polled and which commits were
-    acknowledged."""
-
-    def __init__(self, bootstrap):
-        super().__init__(daemon=True)
-        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP,
-                           "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                           "session.timeout.ms": 10_000, "log_level": 0})
-        self.stop = threading.Event()
-        self.polled = []  # (partition, offset, value)
-        self.backwards = []
-        self.committed = {}  # partition -> highest acknowledged commit
-        self.commit_errors = 0
-        self.last = {}
-
-    def on_assign(self, _consumer, partitions):
-        # A rebalance may rewind to the committed offsets: polls are
-        # checked for order within one assignment.
-        for tp in partitions:
-            self.last.pop(tp.partition, None)
-
-    def run(self):
-        self.c.subscribe([TOPIC], on_assign=self.on_assign)
-        since_commit = 0
-        while not self.stop.is_set():
-            msg = self.c.poll(0.2)
-            if msg is None or msg.error():
-                continue
-            p, o = msg.partition(), msg.offset()
-            if p in self.last and o <= self.last[p]:
-                self.backwards.append((p, self.last[p], o))
-            self.last[p] = o
-            self.polled.append((p, o, msg.value()))
-            since_commit += 1
-            if since_commit >= 100:
-                since_commit = 0
-                try:
-                    for tp in self.c.commit(asynchronous=False) or []:
-                        if tp.error is None and tp.offset >= 0:
-                            self.committed[tp.partition] = max(self.committed.get(tp.partition, -1), tp.offset)
-                except KafkaException:
-                    self.commit_errors += 1
-        self.c.close()
-
-
-def read_log(bootstrap):
-    """Every partition's records from the log start to the high watermark:
-    {partition: {offset: value}}."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "jepsen-reader",
-                  "enable.auto.commit": False, "log_level": 0})
-    out = {}
-    for p in range(PARTITIONS):
-        _, high = c.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)
-        c.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING)])
-        records = {}
-        deadline = time.time() + 60
-        while len(records) < high and time.time() < deadline:
-            msg = c.poll(0.5)
-            if msg is None or msg.error():
-                continue
-            assert msg.offset() not in records, f"offset {msg.offset()} of partition {p} read twice"
-            records[msg.offset()] = msg.value()
-        assert len(records) == high, f"partition {p}: read {len(records)} of {high} records"
-        out[p] = records
-    c.close()
-    return out
+from jepsen import PARTITIONS, TOPIC, ConfluentProducer, GroupConsumer, SluiceProducer, check
 
 
 def test_no_acknowledged_record_is_lost_across_kills_pauses_and_controller_failover(tmp_path):
@@ -221,31 +87,7 @@ def test_no_acknowledged_record_is_lost_across_kills_pauses_and_controller_failo
         group.stop.set()
         group.join(60)
 
-        log = read_log(cluster.bootstrap)
-        values = [v for records in log.values() for v in records.values()]
-        # No record twice (idempotent producers across failovers).
-        assert len(values) == len(set(values)), "duplicates in the log"
-        # Every acknowledged record, where it was acknowledged.
-        assert not confluent.failed, confluent.failed[:5]
-        lost = [(p, o, v) for p, o, v in confluent.acked if log[p].get(o) != v]
-        assert not lost, f"{len(lost)} acknowledged records lost or moved, e.g. {lost[:5]}"
-        present = set(values)
-        missing = [i for i in range(sluice.sent) if b"s-%d" % i not in present]
-        assert not missing, f"{len(missing)} of sluice-client's acknowledged records missing, e.g. {missing[:5]}"
-        # What the group polled at an offset is what the log holds there.
-        diverged = [(p, o, v) for p, o, v in group.polled if log[p].get(o) != v]
-        assert not diverged, f"offsets holding two records: {diverged[:5]}"
-        assert not group.backwards, f"polls going backwards: {group.backwards[:5]}"
-        # Acknowledged commits survived.
-        reader = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": GROUP, "log_level": 0})
-        committed = {tp.partition: tp.offset for tp in
-                     reader.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=30)}
-        reader.close()
-        for p, offset in group.committed.items():
-            assert committed[p] >= offset, f"partition {p}: committed {committed[p]}, acknowledged {offset}"
-        assert group.committed, "no commit was acknowledged"
-        print(f"acked: confluent {len(confluent.acked)}, sluice {sluice.sent}; polled {len(group.polled)}; "
-              f"commit errors {group.commit_errors}")
+        print(check(cluster, confluent, sluice, group))
     finally:
         cluster.stop()
 
@@ -283,7 +125,7 @@ def test_transactions_commit_across_nodes_and_survive_the_coordinators_loss(tmp_
         committed, aborted = [], []
 
         def run(t):
-            """One transaction; True when committed."""
+            """One transaction, committed or (every fifth) aborted."""
             producer.begin_transaction()
             for p in range(3):
                 for i in range(10):
