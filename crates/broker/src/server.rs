@@ -100,6 +100,10 @@ impl Server {
             Arc::downgrade(&self.broker),
             stop_rx.clone(),
         ));
+        let rebalance_task = tokio::spawn(crate::replication::rebalance::run(
+            Arc::downgrade(&self.broker),
+            stop_rx.clone(),
+        ));
         let mut tasks = tokio::task::JoinSet::new();
         tokio::pin!(shutdown);
         // A broker-wide connection slot, taken before accepting.
@@ -165,6 +169,7 @@ impl Server {
         let _ = txn_task.await;
         let _ = fetchers.await;
         let _ = isr_task.await;
+        let _ = rebalance_task.await;
         let broker = self.broker;
         tokio::task::spawn_blocking(move || broker.shutdown())
             .await

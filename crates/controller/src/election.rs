@@ -6,6 +6,12 @@
 //! epoch; with none, the partition has no leader (-1) until an ISR member
 //! comes back (`unclean.leader.election.enable` is off). An unfenced broker
 //! leads the leaderless partitions whose ISR holds it.
+//!
+//! Elections asked for (ElectLeaders) and the automatic preferred-leader
+//! rebalance follow Kafka's `PartitionChangeBuilder`: a PREFERRED election
+//! makes the first replica leader when it is in the ISR and not fenced; an
+//! UNCLEAN one gives a leaderless partition a leader from its ISR, else
+//! from any live replica (its ISR then shrinks to that replica).
 
 use crate::image::MetadataImage;
 use crate::records::MetadataRecord;
@@ -54,6 +60,97 @@ pub fn on_broker_session(image: &MetadataImage, broker: i32, fenced: bool) -> Ve
                 leader_epoch,
                 partition_epoch: p.partition_epoch + 1,
             });
+        }
+    }
+    out
+}
+
+/// Which election ElectLeaders asks for (Kafka's `ElectionType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElectionType {
+    /// 0: the first replica, if it may lead.
+    Preferred,
+    /// 1: any leader for a partition without one, out of the ISR if need be.
+    Unclean,
+}
+
+impl ElectionType {
+    /// The wire value's type; `None` for an unknown one.
+    pub fn from_wire(v: i8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Preferred),
+            1 => Some(Self::Unclean),
+            _ => None,
+        }
+    }
+}
+
+/// Why an election changes nothing (Kafka's errors for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoElection {
+    /// ELECTION_NOT_NEEDED: the preferred replica leads already, or (unclean)
+    /// the partition has a leader.
+    NotNeeded,
+    /// PREFERRED_LEADER_NOT_AVAILABLE: the first replica is out of the ISR
+    /// or fenced.
+    PreferredNotAvailable,
+    /// ELIGIBLE_LEADERS_NOT_AVAILABLE: no live replica at all.
+    EligibleNotAvailable,
+}
+
+/// The change `kind` of election makes to partition `partition_id` of
+/// topic `topic` (by name), or why it makes none.
+pub fn elect(
+    image: &MetadataImage,
+    topic: &str,
+    partition_id: i32,
+    kind: ElectionType,
+) -> Option<Result<MetadataRecord, NoElection>> {
+    let t = image.topic(topic)?;
+    let p = t.partitions.get(&partition_id)?;
+    let live = |id: i32| image.broker(id).is_some_and(|b| !b.fenced);
+    let change = |leader: i32, isr: Vec<i32>| MetadataRecord::Partition {
+        partition_id,
+        topic_id: t.id,
+        replicas: p.replicas.clone(),
+        isr,
+        leader,
+        leader_epoch: p.leader_epoch + 1,
+        partition_epoch: p.partition_epoch + 1,
+    };
+    let preferred = p.replicas.first().copied().unwrap_or(-1);
+    Some(match kind {
+        ElectionType::Preferred if p.leader == preferred => Err(NoElection::NotNeeded),
+        ElectionType::Preferred if p.isr.contains(&preferred) && live(preferred) => {
+            Ok(change(preferred, p.isr.clone()))
+        }
+        ElectionType::Preferred => Err(NoElection::PreferredNotAvailable),
+        ElectionType::Unclean if p.leader >= 0 => Err(NoElection::NotNeeded),
+        ElectionType::Unclean => {
+            if let Some(&l) = p.replicas.iter().find(|&&r| p.isr.contains(&r) && live(r)) {
+                Ok(change(l, p.isr.clone()))
+            } else if let Some(&l) = p.replicas.iter().find(|&&r| live(r)) {
+                Ok(change(l, vec![l]))
+            } else {
+                Err(NoElection::EligibleNotAvailable)
+            }
+        }
+    })
+}
+
+/// Preferred-leader elections for every partition led by another replica
+/// than its first while the first may lead (`auto.leader.rebalance.enable`,
+/// Kafka's `maybeBalancePartitionLeaders`), at most `max` of them.
+pub fn rebalance(image: &MetadataImage, max: usize) -> Vec<MetadataRecord> {
+    let mut out = Vec::new();
+    for t in image.topics() {
+        for &p in t.partitions.keys() {
+            if out.len() >= max {
+                return out;
+            }
+            if let Some(Ok(r)) = elect(image, &t.name, p, ElectionType::Preferred) {
+                out.push(r);
+            }
         }
     }
     out
@@ -156,5 +253,51 @@ mod tests {
             .map(state)
             .collect();
         assert_eq!(changes, vec![(vec![2], 2, 5, 7)]);
+    }
+
+    #[test]
+    fn preferred_and_unclean_elections() {
+        // Led by 2 with 1 (preferred) in the ISR; led by 2 with 1 out of
+        // it; led by 1 already; leaderless with an empty-of-live ISR.
+        let mut img = image(&[
+            (&[1, 2, 3], &[1, 2, 3], 2),
+            (&[1, 2, 3], &[2, 3], 2),
+            (&[1, 2, 3], &[1, 2], 1),
+            (&[3, 2, 1], &[3], -1),
+        ]);
+        let kind = ElectionType::Preferred;
+        let r = elect(&img, "t", 0, kind)
+            .expect("partition")
+            .expect("elected");
+        assert_eq!(state(&r), (vec![1, 2, 3], 1, 4, 6));
+        assert_eq!(
+            elect(&img, "t", 1, kind),
+            Some(Err(NoElection::PreferredNotAvailable))
+        );
+        assert_eq!(elect(&img, "t", 2, kind), Some(Err(NoElection::NotNeeded)));
+        assert_eq!(elect(&img, "t", 9, kind), None);
+        // Partitions 0 and 3 (leaderless, its first replica in the ISR).
+        assert_eq!(rebalance(&img, 10).len(), 2);
+        assert_eq!(rebalance(&img, 1).len(), 1);
+        // Unclean: a leader from outside the ISR when the ISR is down.
+        let kind = ElectionType::Unclean;
+        assert_eq!(elect(&img, "t", 0, kind), Some(Err(NoElection::NotNeeded)));
+        fence(&mut img, 3, true);
+        let r = elect(&img, "t", 3, kind)
+            .expect("partition")
+            .expect("elected");
+        assert_eq!(state(&r), (vec![2], 2, 4, 6));
+        for id in 1..=2 {
+            fence(&mut img, id, true);
+        }
+        assert_eq!(
+            elect(&img, "t", 3, kind),
+            Some(Err(NoElection::EligibleNotAvailable))
+        );
+        // A fenced preferred replica is not available.
+        assert_eq!(
+            elect(&img, "t", 0, ElectionType::Preferred),
+            Some(Err(NoElection::PreferredNotAvailable))
+        );
     }
 }

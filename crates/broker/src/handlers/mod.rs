@@ -20,6 +20,7 @@ mod describe_log_dirs;
 mod describe_producers;
 mod describe_topic_partitions;
 mod describe_transactions;
+mod elect_leaders;
 mod end_txn;
 pub(crate) mod errors;
 mod fetch;
@@ -125,6 +126,7 @@ apis! {
     DescribeConfigs => describe_configs, DescribeConfigsRequest, inline;
     AlterConfigs => alter_configs, AlterConfigsRequest, blocking;
     DescribeLogDirs => describe_log_dirs, DescribeLogDirsRequest, blocking;
+    ElectLeaders => elect_leaders, ElectLeadersRequest, blocking;
     CreatePartitions => create_partitions, CreatePartitionsRequest, blocking;
     IncrementalAlterConfigs => incremental_alter_configs, IncrementalAlterConfigsRequest, blocking;
     DescribeCluster => describe_cluster, DescribeClusterRequest, inline;
