@@ -32,6 +32,8 @@
 mod alloc;
 mod blocking;
 pub mod broker;
+#[cfg(test)]
+mod cluster_ops_tests;
 pub mod config;
 mod connection;
 pub mod error;

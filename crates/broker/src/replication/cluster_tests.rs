@@ -17,18 +17,18 @@ use crate::partition::{Acks, AppendError};
 use crate::server::Server;
 use crate::test_quorum::{eventually_within, one_cluster_at_a_time, three_node_configs};
 
-async fn eventually(what: &str, f: impl FnMut() -> bool) {
+pub(crate) async fn eventually(what: &str, f: impl FnMut() -> bool) {
     eventually_within(40_000, what, f).await
 }
 
-struct Node {
-    broker: Arc<Broker>,
+pub(crate) struct Node {
+    pub(crate) broker: Arc<Broker>,
     config: BrokerConfig,
     stop: oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
 
-async fn start(config: BrokerConfig) -> Node {
+pub(crate) async fn start(config: BrokerConfig) -> Node {
     let server = Server::bind(config.clone()).await.expect("bind");
     let broker = Arc::clone(server.broker());
     let (stop, rx) = oneshot::channel::<()>();
@@ -49,7 +49,7 @@ async fn start(config: BrokerConfig) -> Node {
 }
 
 impl Node {
-    async fn stop(self) -> BrokerConfig {
+    pub(crate) async fn stop(self) -> BrokerConfig {
         let _ = self.stop.send(());
         drop(self.broker);
         self.task.await.expect("server task");
@@ -57,7 +57,7 @@ impl Node {
     }
 }
 
-fn batch(value: &str) -> Vec<u8> {
+pub(crate) fn batch(value: &str) -> Vec<u8> {
     let mut b = BatchBuilder::new(Compression::None, 1);
     b.push(Record::new(
         Some(b"k".to_vec()),
@@ -68,7 +68,7 @@ fn batch(value: &str) -> Vec<u8> {
 }
 
 /// Every byte of `log` from its start to its end.
-fn raw(log: &Log) -> Vec<u8> {
+pub(crate) fn raw(log: &Log) -> Vec<u8> {
     let mut out = Vec::new();
     let mut at = log.log_start_offset();
     while at < log.log_end_offset() {
@@ -91,11 +91,11 @@ fn raw(log: &Log) -> Vec<u8> {
     out
 }
 
-fn log_of(b: &Broker) -> Arc<Log> {
+pub(crate) fn log_of(b: &Broker) -> Arc<Log> {
     b.logs.get(&TopicPartition::new("r", 0)).expect("log")
 }
 
-fn isr(b: &Broker) -> Vec<i32> {
+pub(crate) fn isr(b: &Broker) -> Vec<i32> {
     b.image()
         .topic("r")
         .and_then(|t| t.partitions.get(&0).map(|p| p.isr.clone()))
@@ -104,7 +104,7 @@ fn isr(b: &Broker) -> Vec<i32> {
 
 /// An acks=all produce of one record on the leader: its end offset, or the
 /// error code.
-async fn produce(leader: &Broker, value: &str) -> Result<i64, ResponseError> {
+pub(crate) async fn produce(leader: &Broker, value: &str) -> Result<i64, ResponseError> {
     let p = leader.partition("r", 0).expect("led");
     let info = match p
         .append(batch(value), AppendOrigin::Client, Acks::All)
@@ -121,10 +121,18 @@ async fn produce(leader: &Broker, value: &str) -> Result<i64, ResponseError> {
 
 /// Three running combined nodes of one quorum (node ids 1 to 3), every
 /// one registered; `lag_ms` is their `replica.lag.time.max.ms`.
-async fn cluster(lag_ms: u64) -> (Vec<Option<Node>>, Vec<tempfile::TempDir>) {
+pub(crate) async fn cluster(lag_ms: u64) -> (Vec<Option<Node>>, Vec<tempfile::TempDir>) {
+    cluster_with(lag_ms, 2000).await
+}
+
+/// [`cluster`] with `session_ms` as `broker.session.timeout.ms`.
+pub(crate) async fn cluster_with(
+    lag_ms: u64,
+    session_ms: u64,
+) -> (Vec<Option<Node>>, Vec<tempfile::TempDir>) {
     let (configs, dirs) = three_node_configs(|_| {
         vec![
-            ("broker.session.timeout.ms", "2000".into()),
+            ("broker.session.timeout.ms", session_ms.to_string()),
             ("replica.lag.time.max.ms", lag_ms.to_string()),
             ("replica.fetch.wait.max.ms", "200".into()),
             ("replica.fetch.backoff.ms", "50".into()),
@@ -145,12 +153,12 @@ async fn cluster(lag_ms: u64) -> (Vec<Option<Node>>, Vec<tempfile::TempDir>) {
 }
 
 /// The running broker of node `id`.
-fn node(nodes: &[Option<Node>], id: i32) -> Arc<Broker> {
+pub(crate) fn node(nodes: &[Option<Node>], id: i32) -> Arc<Broker> {
     Arc::clone(&nodes[(id - 1) as usize].as_ref().expect("running").broker)
 }
 
 /// Topic `r`: one partition, replication factor 3, min.insync.replicas 2.
-async fn create_r(nodes: &[Option<Node>]) -> sluice_controller::PartitionImage {
+pub(crate) async fn create_r(nodes: &[Option<Node>]) -> sluice_controller::PartitionImage {
     let creator = node(nodes, 2);
     let topic = tokio::task::spawn_blocking(move || {
         creator.create_topic(
@@ -182,7 +190,7 @@ fn pause(nodes: &[Option<Node>], id: i32, paused: bool) {
 }
 
 /// The partition's state in `b`'s image.
-fn state_in(b: &Broker) -> sluice_controller::PartitionImage {
+pub(crate) fn state_in(b: &Broker) -> sluice_controller::PartitionImage {
     b.image()
         .topic("r")
         .and_then(|t| t.partitions.get(&0).cloned())

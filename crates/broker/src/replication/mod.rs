@@ -24,6 +24,6 @@ pub(crate) mod leader;
 pub(crate) mod placement;
 
 #[cfg(test)]
-mod cluster_tests;
+pub(crate) mod cluster_tests;
 #[cfg(test)]
 mod sim_tests;
