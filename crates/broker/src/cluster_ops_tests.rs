@@ -1,5 +1,6 @@
 //! Cluster operations on three in-process combined nodes (the harness of
-//! `replication::cluster_tests`): DescribeQuorum from every node.
+//! `replication::cluster_tests`): DescribeQuorum from every node, and
+//! controlled shutdown of a partition leader.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +14,12 @@ use sluice_controller::store::METADATA_TOPIC;
 
 use crate::broker::Broker;
 use crate::handlers::test_support::call;
-use crate::replication::cluster_tests::{cluster, create_r, node};
+use sluice_storage::AppendOrigin;
+
+use crate::partition::Acks;
+use crate::replication::cluster_tests::{
+    batch, cluster, cluster_with, create_r, eventually, log_of, node, produce, raw, start, state_in,
+};
 use crate::test_quorum::one_cluster_at_a_time;
 
 fn now_ms() -> i64 {
@@ -149,6 +155,128 @@ async fn describe_quorum_from_any_node_is_the_leaders_view_of_the_voters() {
     assert!(gone.last_fetch_timestamp <= stopped_at.1);
     assert!(gone.last_caught_up_timestamp <= stopped_at.1);
     drop(leader);
+    for n in nodes.into_iter().flatten() {
+        n.stop().await;
+    }
+}
+
+/// Every record of `log` by offset: its value (one-record batches).
+fn values(log: &sluice_storage::Log) -> std::collections::BTreeMap<i64, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let bytes = raw(log);
+    for b in sluice_protocol::record::BatchIter::new(&bytes) {
+        let (at, h, _) = b.expect("batch");
+        let size = h.total_size();
+        let batch = sluice_protocol::record::codec::decode_batch(&bytes[at..at + size], 1 << 20)
+            .expect("decode");
+        for r in batch.records {
+            out.insert(r.record.offset, r.record.value.unwrap_or_default());
+        }
+    }
+    out
+}
+
+/// SIGTERM on a node of a quorum (the server's shutdown future, which
+/// `sluice server` resolves on SIGTERM): before the node exits, the
+/// quorum has moved its leadership to another in-sync replica in the next
+/// leader epoch and taken it out of the ISR, without waiting for its
+/// session to expire; every acks=all record it acknowledged is on the new
+/// leader at the same offset, and acks=all goes on there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopping_leader_hands_its_partitions_over_before_it_exits() {
+    let _cluster = one_cluster_at_a_time().await;
+    // A long session: only controlled shutdown can move the leadership
+    // within this test.
+    let (mut nodes, _dirs) = cluster_with(30_000, 60_000).await;
+    let state = create_r(&nodes).await;
+    let old_id = state.leader;
+    let old = node(&nodes, old_id);
+    let mut acked = Vec::new();
+    for i in 0..10 {
+        let v = format!("before-{i}");
+        let end = produce(&old, &v).await.expect("acks=all");
+        acked.push((end - 1, v));
+    }
+    // A producer keeps writing to the old leader while it stops.
+    let writer = {
+        let old = Arc::clone(&old);
+        tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for i in 0.. {
+                let v = format!("during-{i}");
+                let Some(p) = old.partition("r", 0) else {
+                    break;
+                };
+                let Ok(info) = p.append(batch(&v), AppendOrigin::Client, Acks::All).await else {
+                    break;
+                };
+                let end = info.last_offset + 1;
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+                match p.wait_replicated(end, deadline).await {
+                    Ok(()) => acked.push((end - 1, v)),
+                    Err(_) => break,
+                }
+            }
+            acked
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let config = nodes[(old_id - 1) as usize]
+        .take()
+        .expect("running")
+        .stop()
+        .await;
+    // As it exited, the node's own image already held the committed move,
+    // and its partition layer led nothing.
+    let at_exit = state_in(&old);
+    assert_ne!(at_exit.leader, old_id);
+    assert!(at_exit.leader >= 0);
+    assert_eq!(at_exit.leader_epoch, state.leader_epoch + 1);
+    assert!(!at_exit.isr.contains(&old_id));
+    assert!(old.partitions.all().is_empty());
+    // Marked in controlled shutdown, then fenced: it left the broker list.
+    let reg = old.image().broker(old_id).cloned().expect("registered");
+    assert!(reg.in_controlled_shutdown && reg.fenced);
+    acked.extend(writer.await.expect("writer"));
+    drop(old);
+
+    let new_leader = node(&nodes, at_exit.leader);
+    // The others no longer list it (well before its 60 s session ends).
+    eventually("the stopped node out of the broker list", || {
+        !new_leader.cluster_brokers().iter().any(|b| b.id == old_id)
+    })
+    .await;
+    eventually("the new leader leads", || {
+        new_leader.partition("r", 0).is_some()
+    })
+    .await;
+    let held = values(&log_of(&new_leader));
+    for (offset, v) in &acked {
+        assert_eq!(
+            held.get(offset)
+                .map(|b| String::from_utf8_lossy(b).into_owned()),
+            Some(v.clone()),
+            "acknowledged record at {offset}"
+        );
+    }
+    produce(&new_leader, "after")
+        .await
+        .expect("acks=all with two replicas");
+
+    // Back, it registers anew (out of controlled shutdown) and rejoins
+    // the ISR as a follower.
+    nodes[(old_id - 1) as usize] = Some(start(config).await);
+    eventually("the restarted node back in the ISR", || {
+        state_in(&new_leader).isr.contains(&old_id)
+    })
+    .await;
+    let reg = new_leader
+        .image()
+        .broker(old_id)
+        .cloned()
+        .expect("registered");
+    assert!(!reg.in_controlled_shutdown && !reg.fenced);
+    drop(new_leader);
     for n in nodes.into_iter().flatten() {
         n.stop().await;
     }

@@ -36,6 +36,7 @@ pub mod broker;
 mod cluster_ops_tests;
 pub mod config;
 mod connection;
+mod controlled_shutdown;
 pub mod error;
 mod failpoint;
 mod fetch_session;

@@ -515,7 +515,9 @@ async fn fence_silent_brokers(
             let alive = liveness.last_ack(id).is_some_and(|t| t.elapsed() < session);
             let fenced = match (b.fenced, alive) {
                 (false, false) => 1,
-                (true, true) => -1,
+                // Fenced at the end of its controlled shutdown: it stays
+                // fenced until it registers again.
+                (true, true) if !b.in_controlled_shutdown => -1,
                 (false, true) => {
                     // Registered again unfenced (a restart): it leads the
                     // leaderless partitions whose ISR holds it.
@@ -533,6 +535,7 @@ async fn fence_silent_brokers(
                 broker_id: b.id,
                 broker_epoch: b.epoch,
                 fenced,
+                in_controlled_shutdown: 0,
             };
             // With it, in the same batch: partitions it led get new
             // leaders, it leaves the ISRs (or leads leaderless ones again).
