@@ -281,3 +281,55 @@ async fn a_stopping_leader_hands_its_partitions_over_before_it_exits() {
         n.stop().await;
     }
 }
+
+/// A broker in controlled shutdown is an ineligible replica (Kafka's
+/// INELIGIBLE_REPLICA): caught up, it is still not let back into the ISR;
+/// registered again (what a restart does), it rejoins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_in_controlled_shutdown_rejoins_no_isr_until_it_registers_again() {
+    let _cluster = one_cluster_at_a_time().await;
+    let (nodes, _dirs) = cluster_with(1500, 60_000).await;
+    let state = create_r(&nodes).await;
+    let leader = node(&nodes, state.leader);
+    let f = *state
+        .replicas
+        .iter()
+        .find(|&&r| r != state.leader)
+        .expect("a follower");
+    let follower = node(&nodes, f);
+    produce(&leader, "a").await.expect("acks=all");
+    // Only the mark and the ISR change: the node keeps running and
+    // fetching.
+    let records = sluice_controller::election::on_controlled_shutdown(&leader.image(), f)
+        .expect("registered");
+    leader
+        .metadata
+        .quorum()
+        .expect("quorum")
+        .write(records)
+        .await
+        .expect("committed");
+    eventually("the follower out of the ISR", || {
+        !state_in(&leader).isr.contains(&f)
+    })
+    .await;
+    let end = produce(&leader, "b").await.expect("acks=all with two");
+    let flog = log_of(&follower);
+    eventually("the follower caught up", || flog.log_end_offset() == end).await;
+    // Several ISR checks (every lag time / 4) later it is still out.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(!state_in(&leader).isr.contains(&f));
+    assert!(leader
+        .image()
+        .broker(f)
+        .is_some_and(|b| b.in_controlled_shutdown));
+    crate::metadata_follower::register(&follower);
+    eventually("the follower back in the ISR", || {
+        state_in(&leader).isr.contains(&f)
+    })
+    .await;
+    drop((leader, follower, flog));
+    for n in nodes.into_iter().flatten() {
+        n.stop().await;
+    }
+}
