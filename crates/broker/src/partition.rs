@@ -24,7 +24,7 @@
 //! the controller's log, replicated by Raft rather than by ISR (design 011).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use proto_kafka::ResponseError;
@@ -67,8 +67,12 @@ pub(crate) struct Partition {
     /// Fetches parked on this partition (one `Notify` per parked fetch,
     /// which may wait on many partitions).
     waiters: Mutex<Vec<Weak<Notify>>>,
-    /// Woken when the high watermark moves (acks=all waiters).
+    /// Woken when the high watermark moves (acks=all waiters), or when
+    /// this node stops leading the partition.
     hw_moved: Notify,
+    /// This node no longer leads the partition (dropped from
+    /// [`Partitions`]).
+    deposed: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -100,6 +104,7 @@ impl Partition {
             node_id,
             waiters: Mutex::new(Vec::new()),
             hw_moved: Notify::new(),
+            deposed: AtomicBool::new(false),
         };
         p.maybe_advance_high_watermark();
         p
@@ -314,7 +319,8 @@ impl Partition {
     /// replica has the records before it (acks=all; at once on one node).
     /// Kafka's `checkEnoughReplicasReachOffset`: reached with fewer than
     /// `min.insync.replicas` in the ISR is NOT_ENOUGH_REPLICAS_AFTER_APPEND;
-    /// not reached by `deadline`, REQUEST_TIMED_OUT.
+    /// not reached when this node stops leading the partition,
+    /// NOT_LEADER_OR_FOLLOWER; not reached by `deadline`, REQUEST_TIMED_OUT.
     pub(crate) async fn wait_replicated(
         &self,
         offset: i64,
@@ -324,6 +330,7 @@ impl Partition {
             let moved = self.hw_moved.notified();
             tokio::pin!(moved);
             moved.as_mut().enable();
+            let deposed = self.deposed.load(Ordering::Acquire);
             if self.log.high_watermark() >= offset {
                 let min_isr = self.log.config().min_insync_replicas.max(1) as usize;
                 return if self.isr_len() >= min_isr {
@@ -331,6 +338,12 @@ impl Partition {
                 } else {
                     Err(ResponseError::NotEnoughReplicasAfterAppend)
                 };
+            }
+            // Kafka's `checkEnoughReplicasReachOffset` on a partition this
+            // broker no longer leads (its DelayedProduce is completed when
+            // the leadership moves).
+            if deposed {
+                return Err(ResponseError::NotLeaderOrFollower);
             }
             tokio::select! {
                 () = moved => {}
@@ -393,7 +406,8 @@ impl Partitions {
 
     /// Brings the set of led partitions in line with `image`: new ones
     /// (with the log `log_of` gives them) become led, changed ones follow
-    /// their new leader epoch and ISR, removed ones are dropped.
+    /// their new leader epoch and ISR, removed ones are dropped (their acks=all
+    /// waiters answer NOT_LEADER_OR_FOLLOWER).
     pub(crate) fn sync(
         &self,
         image: &MetadataImage,
@@ -402,6 +416,8 @@ impl Partitions {
         log_of: impl Fn(&TopicPartition) -> Option<Arc<Log>>,
     ) {
         let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
+        let previous: Vec<Arc<Partition>> =
+            map.values().flat_map(|ps| ps.values().cloned()).collect();
         let mut next: HashMap<String, HashMap<i32, Arc<Partition>>> = HashMap::new();
         for t in image.topics() {
             let old = map.remove(&t.name);
@@ -432,6 +448,17 @@ impl Partitions {
             }
         }
         *map = next;
+        drop(map);
+        // No longer led here: acks=all waiters learn it now.
+        for p in previous {
+            if self
+                .get(&p.tp.topic, p.tp.partition)
+                .is_none_or(|n| !Arc::ptr_eq(&n, &p))
+            {
+                p.deposed.store(true, Ordering::Release);
+                p.hw_moved.notify_waiters();
+            }
+        }
     }
 }
 
