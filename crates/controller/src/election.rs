@@ -12,6 +12,12 @@
 //! makes the first replica leader when it is in the ISR and not fenced; an
 //! UNCLEAN one gives a leaderless partition a leader from its ISR, else
 //! from any live replica (its ISR then shrinks to that replica).
+//!
+//! Controlled shutdown (Kafka's `handleBrokerInControlledShutdown`): the
+//! broker is marked in controlled shutdown and, in the same change, leaves
+//! the ISRs and hands its leaderships over exactly as if it were fenced; a
+//! broker in controlled shutdown is never elected and never elected again
+//! on its own partitions until it registers anew (a restart).
 
 use crate::image::MetadataImage;
 use crate::records::MetadataRecord;
@@ -20,8 +26,20 @@ use crate::records::MetadataRecord;
 /// unfenced, computed on `image` with the session change applied. Each
 /// change bumps the partition epoch.
 pub fn on_broker_session(image: &MetadataImage, broker: i32, fenced: bool) -> Vec<MetadataRecord> {
-    let usable = |id: i32| id != broker && image.broker(id).is_some_and(|b| !b.fenced);
+    let usable = |id: i32| {
+        id != broker
+            && image
+                .broker(id)
+                .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
+    };
     let mut out = Vec::new();
+    if !fenced
+        && image
+            .broker(broker)
+            .is_some_and(|b| b.in_controlled_shutdown)
+    {
+        return out;
+    }
     for t in image.topics() {
         for (&partition_id, p) in &t.partitions {
             let (isr, leader, leader_epoch) = if fenced {
@@ -108,7 +126,11 @@ pub fn elect(
 ) -> Option<Result<MetadataRecord, NoElection>> {
     let t = image.topic(topic)?;
     let p = t.partitions.get(&partition_id)?;
-    let live = |id: i32| image.broker(id).is_some_and(|b| !b.fenced);
+    let live = |id: i32| {
+        image
+            .broker(id)
+            .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
+    };
     let change = |leader: i32, isr: Vec<i32>| MetadataRecord::Partition {
         partition_id,
         topic_id: t.id,
@@ -156,6 +178,32 @@ pub fn rebalance(image: &MetadataImage, max: usize) -> Vec<MetadataRecord> {
     out
 }
 
+/// The change that puts registered `broker` into controlled shutdown:
+/// the mark (unless already there), then its ISR and leadership moves
+/// (those of [`on_broker_session`] for a fenced broker). Empty once there
+/// is nothing left to do; `None` if `broker` is not registered.
+pub fn on_controlled_shutdown(image: &MetadataImage, broker: i32) -> Option<Vec<MetadataRecord>> {
+    let b = image.broker(broker)?;
+    let mut records = Vec::new();
+    let mut next;
+    let image = if b.in_controlled_shutdown {
+        image
+    } else {
+        let mark = MetadataRecord::BrokerRegistrationChange {
+            broker_id: broker,
+            broker_epoch: b.epoch,
+            fenced: 0,
+            in_controlled_shutdown: 1,
+        };
+        next = image.clone();
+        next.apply(&mark);
+        records.push(mark);
+        &next
+    };
+    records.extend(on_broker_session(image, broker, true));
+    Some(records)
+}
+
 #[cfg(test)]
 mod tests {
     use uuid::Uuid;
@@ -198,6 +246,7 @@ mod tests {
             broker_id: id,
             broker_epoch: 1,
             fenced: if fenced { 1 } else { -1 },
+            in_controlled_shutdown: 0,
         });
     }
 
@@ -299,5 +348,66 @@ mod tests {
             elect(&img, "t", 0, ElectionType::Preferred),
             Some(Err(NoElection::PreferredNotAvailable))
         );
+    }
+
+    #[test]
+    fn controlled_shutdown_marks_the_broker_and_moves_what_it_leads() {
+        let mut img = image(&[
+            (&[1, 2, 3], &[1, 2, 3], 1),
+            (&[2, 1, 3], &[2, 1, 3], 2),
+            (&[1], &[1], 1),
+            (&[2, 3], &[2, 3], 2),
+        ]);
+        let records = on_controlled_shutdown(&img, 1).expect("registered");
+        assert_eq!(
+            records[0],
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id: 1,
+                broker_epoch: 1,
+                fenced: 0,
+                in_controlled_shutdown: 1,
+            }
+        );
+        let changes: Vec<_> = records[1..].iter().map(state).collect();
+        assert_eq!(
+            changes,
+            vec![
+                // Led by 1: the next ISR member leads, 1 leaves the ISR.
+                (vec![2, 3], 2, 4, 6),
+                // Followed by 1: it leaves the ISR.
+                (vec![2, 3], 2, 3, 6),
+                // 1 is its only replica: no leader while 1 is away.
+                (vec![1], -1, 4, 6),
+            ]
+        );
+        for r in &records {
+            img.apply(r);
+        }
+        assert!(img.broker(1).expect("1").in_controlled_shutdown);
+        // Done: nothing more to change; and 1 is not elected again.
+        assert_eq!(on_controlled_shutdown(&img, 1), Some(Vec::new()));
+        fence(&mut img, 2, true);
+        let changes: Vec<_> = on_broker_session(&img, 2, true).iter().map(state).collect();
+        assert_eq!(
+            changes,
+            vec![(vec![3], 3, 5, 7), (vec![3], 3, 4, 7), (vec![3], 3, 4, 6)]
+        );
+        // Still in controlled shutdown: not elected for its own partition;
+        // registered again (a restart), it leads it.
+        assert!(on_broker_session(&img, 1, false).is_empty());
+        img.apply(&MetadataRecord::RegisterBroker {
+            broker_id: 1,
+            incarnation_id: Uuid::from_u128(11),
+            broker_epoch: 2,
+            endpoints: Vec::new(),
+            rack: None,
+            fenced: false,
+        });
+        let changes: Vec<_> = on_broker_session(&img, 1, false)
+            .iter()
+            .map(state)
+            .collect();
+        assert_eq!(changes, vec![(vec![1], 1, 5, 7)]);
+        assert_eq!(on_controlled_shutdown(&img, 9), None);
     }
 }

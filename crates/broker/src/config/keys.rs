@@ -173,7 +173,7 @@ pub(crate) const BROKER_KEYS: &[Key] = &[
     key("authorizer.class.name", Str, Some(""), Any, Security, NO_EFFECT, PUBLIC, "authorizer class (empty: everything allowed)"),
     key("early.start.listeners", Str, None, Any, Security, NO_EFFECT, PUBLIC, "listeners started before the authorizer is ready"),
     key("broker.rack", Str, None, Any, Server, USED, PUBLIC, "rack of this broker"),
-    key("controlled.shutdown.enable", Bool, Some("true"), Any, Server, NO_EFFECT, PUBLIC, "move leadership away before shutting down"),
+    key("controlled.shutdown.enable", Bool, Some("true"), Any, Server, USED, PUBLIC, "move leadership away before shutting down"),
     key("delete.topic.enable", Bool, Some("true"), Any, Server, USED, PUBLIC, "allow DeleteTopics"),
     key("compression.type", Str, Some("producer"), OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]), Log, USED, PUBLIC, "default compression.type: producer, uncompressed, gzip, snappy, lz4 or zstd"),
     key("compression.gzip.level", Int, Some("-1"), Custom(check_gzip_level, "[1,...,9] or -1"), Log, NO_EFFECT, PUBLIC, "default compression.gzip.level"),

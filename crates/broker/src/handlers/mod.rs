@@ -18,6 +18,7 @@ mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
 mod describe_producers;
+pub(crate) mod describe_quorum;
 mod describe_topic_partitions;
 mod describe_transactions;
 mod elect_leaders;
@@ -130,6 +131,7 @@ apis! {
     CreatePartitions => create_partitions, CreatePartitionsRequest, blocking;
     IncrementalAlterConfigs => incremental_alter_configs, IncrementalAlterConfigsRequest, blocking;
     DescribeCluster => describe_cluster, DescribeClusterRequest, inline;
+    DescribeQuorum => describe_quorum, DescribeQuorumRequest, async;
     FindCoordinator => find_coordinator, FindCoordinatorRequest, inline;
     JoinGroup => join_group, JoinGroupRequest, async;
     SyncGroup => sync_group, SyncGroupRequest, async;

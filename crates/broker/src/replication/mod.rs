@@ -26,7 +26,7 @@ pub(crate) mod placement;
 pub(crate) mod rebalance;
 
 #[cfg(test)]
-mod cluster_tests;
+pub(crate) mod cluster_tests;
 #[cfg(test)]
 mod election_tests;
 #[cfg(test)]
