@@ -197,11 +197,51 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Res
             pd.records = Some(placeholder_buffer().slice(0..region.length as usize));
             regions.push(region);
         }
+        if ctx.version >= 12 && super::leader_hints::wants_hint(pd.error_code) {
+            add_leader_hint(broker, ctx.version, &mut resp, &p.key.topic, &mut pd);
+        }
         if let Some(tr) = resp.responses.last_mut() {
             tr.partitions.push(pd);
         }
     }
     encode(ctx, resp, regions)
+}
+
+/// KIP-951: a partition refused as not led here names its leader (v12+),
+/// whose endpoint the response carries (v16+).
+fn add_leader_hint(
+    broker: &Broker,
+    version: i16,
+    resp: &mut FetchResponse,
+    topic: &TopicKey,
+    pd: &mut PartitionData,
+) {
+    use proto_kafka::messages::fetch_response::{LeaderIdAndEpoch, NodeEndpoint};
+    let name = match topic {
+        TopicKey::Name(n) => Some(n.clone()),
+        TopicKey::Id(id) => broker
+            .image()
+            .topics()
+            .find(|t| t.id == *id)
+            .map(|t| t.name.clone()),
+    };
+    let Some(name) = name else { return };
+    let ((leader, epoch), endpoint) =
+        super::leader_hints::leader_of(broker, &name, pd.partition_index);
+    let mut hint = LeaderIdAndEpoch::default();
+    hint.leader_id = BrokerId(leader);
+    hint.leader_epoch = epoch;
+    pd.current_leader = hint;
+    if let (true, Some(b)) = (version >= 16, endpoint) {
+        if !resp.node_endpoints.iter().any(|e| e.node_id.0 == b.id) {
+            let mut e = NodeEndpoint::default();
+            e.node_id = BrokerId(b.id);
+            e.host = StrBytes::from_string(b.host);
+            e.port = b.port;
+            e.rack = b.rack.map(StrBytes::from_string);
+            resp.node_endpoints.push(e);
+        }
+    }
 }
 
 /// The request's partitions, topics named by id from v13.

@@ -142,10 +142,44 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx)
             pr.log_append_time_ms = -1;
         }
     }
+    if ctx.version >= 10 {
+        add_leader_hints(broker, &mut resp);
+    }
     match (acks, first_error) {
         (0, None) => Outcome::Silent,
         (0, Some(e)) => Outcome::Close(format!("acks=0 produce failed for {e}")),
         _ => Outcome::Respond(resp),
+    }
+}
+
+/// KIP-951: partitions refused as not led here name their leader, whose
+/// endpoint the response carries.
+fn add_leader_hints(broker: &Broker, resp: &mut ProduceResponse) {
+    use proto_kafka::messages::produce_response::{LeaderIdAndEpoch, NodeEndpoint};
+    use proto_kafka::messages::BrokerId;
+    for t in &mut resp.responses {
+        let topic = t.name.0.to_string();
+        for p in &mut t.partition_responses {
+            if !super::leader_hints::wants_hint(p.error_code) {
+                continue;
+            }
+            let ((leader, epoch), endpoint) =
+                super::leader_hints::leader_of(broker, &topic, p.index);
+            let mut hint = LeaderIdAndEpoch::default();
+            hint.leader_id = BrokerId(leader);
+            hint.leader_epoch = epoch;
+            p.current_leader = hint;
+            if let Some(b) = endpoint {
+                if !resp.node_endpoints.iter().any(|e| e.node_id.0 == b.id) {
+                    let mut e = NodeEndpoint::default();
+                    e.node_id = BrokerId(b.id);
+                    e.host = StrBytes::from_string(b.host);
+                    e.port = b.port;
+                    e.rack = b.rack.map(StrBytes::from_string);
+                    resp.node_endpoints.push(e);
+                }
+            }
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use proto_kafka::messages::{ApiKey, ElectLeadersRequest, ElectLeadersResponse, T
 use proto_kafka::protocol::StrBytes;
 use proto_kafka::ResponseError;
 
-use super::cluster_tests::{create_r, isr, produce, state_in};
+use super::cluster_tests::{batch, create_r, isr, produce, state_in};
 use crate::broker::Broker;
 use crate::handlers::test_support::call;
 use crate::test_quorum::{cluster_with, eventually, node, one_cluster_at_a_time, start, Node};
@@ -38,6 +38,51 @@ async fn elect(b: &Arc<Broker>, kind: i8, partitions: Option<&[i32]>) -> Vec<(i3
                 .map(|p| (p.partition_id, p.error_code))
         })
         .collect()
+}
+
+/// Produce v12 (acks=all) of one record to r-0 on `b`, and Fetch v12 of
+/// r-0 there: each partition's error code and current-leader hint, and the
+/// endpoints the Produce answer carries.
+async fn ask_not_leader(b: &Arc<Broker>) -> ((i16, i32, i32), Vec<i32>, (i16, i32, i32)) {
+    use proto_kafka::messages::fetch_request::{FetchPartition, FetchTopic};
+    use proto_kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use proto_kafka::messages::{FetchRequest, FetchResponse, ProduceRequest, ProduceResponse};
+    let mut pd = PartitionProduceData::default();
+    pd.index = 0;
+    pd.records = Some(bytes::Bytes::from(batch("misdirected")));
+    let mut td = TopicProduceData::default();
+    td.name = TopicName(StrBytes::from_static_str("r"));
+    td.partition_data = vec![pd];
+    let mut req = ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = 5_000;
+    req.topic_data = vec![td];
+    let r: ProduceResponse = call(b, ApiKey::Produce, 12, &req).await.expect("response");
+    let p = &r.responses[0].partition_responses[0];
+    let produced = (
+        p.error_code,
+        p.current_leader.leader_id.0,
+        p.current_leader.leader_epoch,
+    );
+    let endpoints = r.node_endpoints.iter().map(|e| e.node_id.0).collect();
+    let mut fp = FetchPartition::default();
+    fp.partition = 0;
+    fp.partition_max_bytes = 1 << 20;
+    let mut ft = FetchTopic::default();
+    ft.topic = TopicName(StrBytes::from_static_str("r"));
+    ft.partitions = vec![fp];
+    let mut req = FetchRequest::default();
+    req.max_wait_ms = 0;
+    req.max_bytes = 1 << 20;
+    req.topics = vec![ft];
+    let r: FetchResponse = call(b, ApiKey::Fetch, 12, &req).await.expect("response");
+    let p = &r.responses[0].partitions[0];
+    let fetched = (
+        p.error_code,
+        p.current_leader.leader_id.0,
+        p.current_leader.leader_epoch,
+    );
+    (produced, endpoints, fetched)
 }
 
 /// Stops the preferred leader until another replica leads, then restarts
@@ -69,6 +114,15 @@ async fn elect_leaders_moves_leadership_back_to_the_preferred_replica() {
     let state = create_r(&nodes).await;
     let preferred = state.replicas[0];
     assert_eq!(state.leader, preferred);
+    // A follower refuses produce and fetch, naming the leader (KIP-951).
+    let follower = node(&nodes, state.replicas[1]);
+    let not_leader = ResponseError::NotLeaderOrFollower.code();
+    let hint = (not_leader, preferred, state.leader_epoch);
+    assert_eq!(
+        ask_not_leader(&follower).await,
+        (hint, vec![preferred], hint)
+    );
+    drop(follower);
     let any = node(&nodes, 1);
     let not_needed = ResponseError::ElectionNotNeeded.code();
     assert_eq!(elect(&any, 0, Some(&[0])).await, vec![(0, not_needed)]);
