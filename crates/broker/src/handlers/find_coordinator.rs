@@ -5,7 +5,9 @@
 //! the partition's leader; when that is this node the partition is loaded
 //! first. A partition without a leader (or a leader not registered) is
 //! COORDINATOR_NOT_AVAILABLE, as is a topic that cannot be created yet
-//! (fewer brokers than its replication factor). v4+ batches keys
+//! (fewer brokers than its replication factor). Creating the topic waits
+//! for the metadata quorum, so the handler runs on the blocking pool. v4+
+//! batches keys
 //! (`coordinator_keys`), one result each; older versions look up `key`.
 //!
 //! Any group id is answered, the empty one included (Kafka hashes it like

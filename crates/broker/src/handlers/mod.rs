@@ -133,7 +133,7 @@ apis! {
     IncrementalAlterConfigs => incremental_alter_configs, IncrementalAlterConfigsRequest, blocking;
     DescribeCluster => describe_cluster, DescribeClusterRequest, inline;
     DescribeQuorum => describe_quorum, DescribeQuorumRequest, async;
-    FindCoordinator => find_coordinator, FindCoordinatorRequest, inline;
+    FindCoordinator => find_coordinator, FindCoordinatorRequest, blocking;
     JoinGroup => join_group, JoinGroupRequest, async;
     SyncGroup => sync_group, SyncGroupRequest, async;
     Heartbeat => heartbeat, HeartbeatRequest, inline;
