@@ -190,15 +190,15 @@ impl Consumer {
             if self.brokers_in_flight.contains(&leader.id) {
                 continue;
             }
-            plans
-                .entry(leader.id)
-                .or_insert_with(|| FetchPlan {
-                    broker: leader.id,
-                    addr: leader.addr(),
-                    partitions: Vec::new(),
-                })
-                .partitions
-                .push((tp, offset));
+            let plan = plans.entry(leader.id).or_insert_with(|| FetchPlan {
+                broker: leader.id,
+                addr: leader.addr(),
+                partitions: Vec::new(),
+                leader_epochs: BTreeMap::new(),
+            });
+            plan.leader_epochs
+                .insert(tp.clone(), md.leader_epoch(&tp.topic, tp.partition));
+            plan.partitions.push((tp, offset));
         }
         for (broker, plan) in plans {
             for (tp, _) in &plan.partitions {

@@ -46,6 +46,11 @@ pub(crate) struct FetchPlan {
     pub addr: String,
     /// Partitions and the offsets to fetch from.
     pub partitions: Vec<(TopicPartition, i64)>,
+    /// The leader epoch our metadata has for each partition, sent as
+    /// `current_leader_epoch` (Fetch v9+, KIP-320): a broker whose epoch
+    /// differs answers FENCED_LEADER_EPOCH (our metadata is older) or
+    /// UNKNOWN_LEADER_EPOCH (the broker's is) instead of serving data.
+    pub leader_epochs: BTreeMap<TopicPartition, i32>,
 }
 
 /// Fetch limits copied from the consumer config.
@@ -140,7 +145,7 @@ async fn fetch_once(
     for (tp, offset) in &plan.partitions {
         let mut p = FetchPartition::default();
         p.partition = tp.partition;
-        p.current_leader_epoch = -1;
+        p.current_leader_epoch = plan.leader_epochs.get(tp).copied().unwrap_or(-1);
         p.fetch_offset = *offset;
         p.last_fetched_epoch = -1;
         p.log_start_offset = -1;

@@ -1,0 +1,506 @@
+//! sluice-client through leader failover in a three-process cluster
+//! (`sluice server --config server-N.properties`, combined broker and
+//! controller nodes): an idempotent acks=all producer runs the whole time
+//! while the leader of a partition is SIGKILLed and restarted, and a
+//! follower is SIGSTOPped beyond `replica.lag.time.max.ms` and resumed.
+//! Afterwards everything is read back from the beginning (twice, by
+//! manually assigned consumers) and checked like Jepsen's Kafka workload:
+//! every acknowledged record is where its acknowledgement said, no offset
+//! holds two different records, no record is there twice, and the offsets
+//! each poll returns per partition only grow.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::cluster::Cluster3;
+use sluice_client::admin::NewTopic;
+use sluice_client::cluster::Metadata;
+use sluice_client::consumer::{Consumer, ConsumerConfig, OffsetReset};
+use sluice_client::{
+    Admin, ClientConfig, Cluster, Producer, ProducerConfig, ProducerRecord, TopicPartition,
+};
+
+const TOPIC: &str = "failover";
+const PARTITIONS: i32 = 3;
+/// `replica.lag.time.max.ms` of the nodes: long enough that a busy
+/// two-core machine does not drop an active follower too often (it would
+/// only slow the test), short enough to wait out.
+const LAG_MS: u64 = 2_000;
+/// `broker.session.timeout.ms`: a killed node is fenced (and loses its
+/// leaderships) after this long.
+const SESSION_MS: u64 = 3_000;
+
+/// Client settings for the test: short timeouts so a dead or paused node
+/// costs seconds, not the defaults' 30 s.
+fn client_config(bootstrap: &str) -> ClientConfig {
+    let mut c = ClientConfig::new(bootstrap);
+    c.connection.connect_timeout = Duration::from_secs(3);
+    c.connection.request_timeout = Duration::from_secs(5);
+    c.retries = 10;
+    c
+}
+
+/// One node's view of the topic: per partition (leader, leader epoch, ISR).
+/// `None` when the node does not answer or does not know the topic.
+async fn view(addr: &str) -> Option<BTreeMap<i32, (i32, i32, Vec<i32>)>> {
+    let mut c = client_config(addr);
+    c.retries = 0;
+    let cluster = tokio::time::timeout(Duration::from_secs(5), Cluster::connect(c))
+        .await
+        .ok()?
+        .ok()?;
+    // Cluster::connect loaded this node's metadata through the bootstrap
+    // address; no other node was asked.
+    let md: Metadata = cluster.metadata().await;
+    let t = md.topics.get(TOPIC)?;
+    Some(
+        t.partitions
+            .values()
+            .map(|p| {
+                let mut isr = p.isr.clone();
+                isr.sort_unstable();
+                (p.partition, (p.leader, p.leader_epoch, isr))
+            })
+            .collect(),
+    )
+}
+
+/// Polls every 200 ms until `f` holds for the views of all `nodes` (each
+/// asked separately), for at most `max`; panics naming `what`.
+async fn until_views(
+    cluster: &Cluster3,
+    nodes: &[i32],
+    what: &str,
+    max: Duration,
+    f: impl Fn(&BTreeMap<i32, (i32, i32, Vec<i32>)>) -> bool,
+) -> BTreeMap<i32, (i32, i32, Vec<i32>)> {
+    let deadline = Instant::now() + max;
+    let mut last = None;
+    loop {
+        let mut all = true;
+        for id in nodes {
+            match view(&cluster.node(*id).addr).await {
+                Some(v) if v.len() == PARTITIONS as usize && f(&v) => last = Some(v),
+                other => {
+                    if other.is_some() {
+                        last = other;
+                    }
+                    all = false;
+                    break;
+                }
+            }
+        }
+        if all {
+            return last.unwrap_or_default();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {max:?} waiting for {what}; last view: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What the producer task saw.
+#[derive(Default)]
+struct Produced {
+    /// Value → (partition, offset) of every acknowledged record.
+    acked: HashMap<String, (i32, i64)>,
+    /// Value → error of every record whose delivery failed.
+    failed: HashMap<String, String>,
+}
+
+/// Runs the producer: unique values, round robin over the partitions,
+/// until `stop`; at most 500 records unacknowledged at a time.
+async fn produce(
+    producer: Arc<Producer>,
+    produced: Arc<Mutex<Produced>>,
+    done: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) -> u64 {
+    let mut sent = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        while sent - done.load(Ordering::Relaxed) >= 500 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let value = format!("v{sent}");
+        let partition = (sent % PARTITIONS as u64) as i32;
+        let record = ProducerRecord::new(TOPIC, value.clone().into_bytes()).partition(partition);
+        let (p, d) = (produced.clone(), done.clone());
+        producer
+            .send_with_callback(record, move |r| {
+                let mut p = p.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                match r {
+                    Ok(m) => {
+                        p.acked.insert(value, (m.partition, m.offset));
+                    }
+                    Err(e) => {
+                        p.failed.insert(value, e.to_string());
+                    }
+                }
+                d.fetch_add(1, Ordering::Relaxed);
+            })
+            .await
+            .unwrap_or_else(|e| panic!("send: {e}"));
+        sent += 1;
+        if sent % 20 == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    sent
+}
+
+fn acked_count(produced: &Mutex<Produced>) -> usize {
+    produced
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .acked
+        .len()
+}
+
+/// Waits (at most `max`) until `n` more records than now are acknowledged.
+async fn until_more_acks(produced: &Mutex<Produced>, n: usize, what: &str, max: Duration) {
+    let start = acked_count(produced);
+    let deadline = Instant::now() + max;
+    while acked_count(produced) < start + n {
+        assert!(
+            Instant::now() < deadline,
+            "no progress {what}: {} acknowledged in {max:?} (wanted {n})",
+            acked_count(produced) - start
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Per partition, the (offset, value) pairs a consumer polled, in order.
+type Polled = BTreeMap<i32, Vec<(i64, String)>>;
+
+/// A consumer assigned every partition, positioned at the beginning.
+async fn reader(bootstrap: &str) -> Consumer {
+    let mut config = ConsumerConfig::new(client_config(bootstrap));
+    config.auto_offset_reset = OffsetReset::Earliest;
+    config.enable_auto_commit = false;
+    let mut consumer = Consumer::new(config)
+        .await
+        .unwrap_or_else(|e| panic!("consumer: {e}"));
+    let tps: Vec<TopicPartition> = (0..PARTITIONS)
+        .map(|p| TopicPartition::new(TOPIC, p))
+        .collect();
+    consumer
+        .assign(&tps)
+        .unwrap_or_else(|e| panic!("assign: {e}"));
+    consumer
+        .seek_to_beginning(&tps)
+        .unwrap_or_else(|e| panic!("seek: {e}"));
+    consumer
+}
+
+/// One poll into `out`, checking that each partition's offsets only grow
+/// (a poll error fails the test: the consumer must ride out failover).
+async fn poll_into(consumer: &mut Consumer, out: &mut Polled) {
+    let records = consumer
+        .poll(Duration::from_millis(300))
+        .await
+        .unwrap_or_else(|e| panic!("poll: {e}"));
+    for r in records {
+        let value = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+        let polled = out.entry(r.partition).or_default();
+        if let Some((last, _)) = polled.last() {
+            assert!(
+                r.offset > *last,
+                "partition {}: offset {} polled after {last}",
+                r.partition,
+                r.offset
+            );
+        }
+        polled.push((r.offset, value));
+    }
+}
+
+/// Whether `out` reached `ends` in every partition.
+fn caught_up(out: &Polled, ends: &BTreeMap<TopicPartition, i64>) -> bool {
+    ends.iter().all(|(tp, end)| {
+        out.get(&tp.partition)
+            .and_then(|v| v.last())
+            .map_or(*end == 0, |(o, _)| *o + 1 >= *end)
+    })
+}
+
+/// Polls `consumer` until it reached `ends` (at most 30 s).
+async fn read_to(
+    mut consumer: Consumer,
+    mut out: Polled,
+    ends: &BTreeMap<TopicPartition, i64>,
+) -> Polled {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !caught_up(&out, ends) {
+        assert!(Instant::now() < deadline, "reading back timed out");
+        poll_into(&mut consumer, &mut out).await;
+    }
+    let _ = consumer.close().await;
+    out
+}
+
+/// A consumer that reads from the beginning while the faults happen,
+/// until `stop`; hands back the consumer and what it polled.
+async fn tail(bootstrap: String, stop: Arc<AtomicBool>) -> (Consumer, Polled) {
+    let mut consumer = reader(&bootstrap).await;
+    let mut out = Polled::new();
+    while !stop.load(Ordering::Relaxed) {
+        poll_into(&mut consumer, &mut out).await;
+    }
+    (consumer, out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idempotent_producer_survives_leader_kill_and_follower_pause() {
+    let started = Instant::now();
+    let session = format!("broker.session.timeout.ms={SESSION_MS}");
+    let lag = format!("replica.lag.time.max.ms={LAG_MS}");
+    let mut cluster = Cluster3::start(&[
+        "controller.quorum.election.timeout.ms=1000",
+        &session,
+        &lag,
+        "default.replication.factor=3",
+    ]);
+    let all = [1, 2, 3];
+    let bootstrap = cluster.bootstrap();
+
+    // Every node registered, then the topic, replicated three ways.
+    let admin = {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(a) = Admin::connect(client_config(&bootstrap)).await {
+                let md = a.cluster().refresh(None).await.ok().map(|(md, _)| md);
+                if md.is_some_and(|m| m.brokers.len() == 3) {
+                    break a;
+                }
+            }
+            assert!(Instant::now() < deadline, "three brokers never registered");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let created = admin
+        .create_topics(vec![
+            NewTopic::new(TOPIC, PARTITIONS, 3).config("min.insync.replicas", "2")
+        ])
+        .await
+        .unwrap_or_else(|e| panic!("create topics: {e}"));
+    for (name, r) in created {
+        r.unwrap_or_else(|e| panic!("create {name}: {e}"));
+    }
+    let wait = Duration::from_secs(20);
+    until_views(&cluster, &all, "a full ISR everywhere", wait, |v| {
+        v.values().all(|(l, _, isr)| *l > 0 && isr.len() == 3)
+    })
+    .await;
+
+    // The producer runs for the whole test.
+    let mut pconfig = ProducerConfig::new(client_config(&bootstrap));
+    pconfig.acks = -1;
+    pconfig.enable_idempotence = Some(true);
+    pconfig.request_timeout = Duration::from_secs(5);
+    pconfig.delivery_timeout_ms = 120_000;
+    pconfig.linger_ms = 5;
+    let producer = Arc::new(
+        Producer::new(pconfig)
+            .await
+            .unwrap_or_else(|e| panic!("producer: {e}")),
+    );
+    assert!(producer.is_idempotent());
+    let produced = Arc::new(Mutex::new(Produced::default()));
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let task = tokio::spawn(produce(
+        producer.clone(),
+        produced.clone(),
+        done.clone(),
+        stop.clone(),
+    ));
+    // So does a consumer, reading everything from the beginning.
+    let tailing = tokio::spawn(tail(bootstrap.clone(), stop.clone()));
+    until_more_acks(&produced, 300, "before the faults", wait).await;
+
+    // SIGKILL the leader of partition 0: a new leader (from the ISR, next
+    // epoch) takes over once the controller fences the silent node, and
+    // acks=all writes go on (two of three replicas meet
+    // min.insync.replicas=2).
+    let before = until_views(&cluster, &all, "a leader for partition 0", wait, |v| {
+        v[&0].0 > 0
+    })
+    .await;
+    let (victim, epoch, _) = before[&0].clone();
+    eprintln!("killing node {victim}, leader of partition 0 at epoch {epoch}");
+    cluster.kill(victim);
+    let others: Vec<i32> = all.iter().copied().filter(|i| *i != victim).collect();
+    until_views(
+        &cluster,
+        &others,
+        "a new leader for partition 0",
+        wait,
+        |v| v.values().all(|(l, _, _)| *l > 0 && *l != victim) && v[&0].1 > epoch,
+    )
+    .await;
+    until_more_acks(&produced, 300, "after the leader was killed", wait).await;
+
+    // The killed node comes back on its folder, catches up and rejoins
+    // every ISR.
+    cluster.restart(victim);
+    until_views(
+        &cluster,
+        &all,
+        "the restarted node back in every ISR",
+        wait,
+        |v| v.values().all(|(l, _, isr)| *l > 0 && isr.len() == 3),
+    )
+    .await;
+    until_more_acks(&produced, 300, "after the restart", wait).await;
+
+    // SIGSTOP a follower of partition 0 beyond the lag time: it leaves the
+    // ISRs (and, silent, is fenced), writes go on with the other two; once
+    // resumed it rejoins.
+    let v = until_views(&cluster, &all, "leaders", wait, |v| {
+        v.values().all(|(l, _, _)| *l > 0)
+    })
+    .await;
+    let leader0 = v[&0].0;
+    // Prefer a node that leads nothing (a pure follower).
+    let follower = all
+        .iter()
+        .copied()
+        .filter(|i| *i != leader0)
+        .min_by_key(|i| v.values().filter(|(l, _, _)| l == i).count())
+        .unwrap_or_else(|| panic!("no follower"));
+    eprintln!("pausing node {follower} (partition 0 led by {leader0})");
+    cluster.pause(follower);
+    let others: Vec<i32> = all.iter().copied().filter(|i| *i != follower).collect();
+    until_views(
+        &cluster,
+        &others,
+        "the paused node out of every ISR",
+        wait,
+        |v| {
+            v.values()
+                .all(|(l, _, isr)| *l > 0 && *l != follower && !isr.contains(&follower))
+        },
+    )
+    .await;
+    until_more_acks(&produced, 300, "while a follower is paused", wait).await;
+    cluster.resume(follower);
+    until_views(
+        &cluster,
+        &all,
+        "the resumed node back in every ISR",
+        wait,
+        |v| v.values().all(|(l, _, isr)| *l > 0 && isr.len() == 3),
+    )
+    .await;
+    until_more_acks(&produced, 300, "after the resume", wait).await;
+
+    // Stop producing; every record gets its outcome.
+    stop.store(true, Ordering::Relaxed);
+    let sent = task.await.unwrap_or_else(|e| panic!("producer task: {e}"));
+    tokio::time::timeout(Duration::from_secs(30), producer.flush())
+        .await
+        .unwrap_or_else(|_| panic!("flush timed out"));
+    let produced = std::mem::take(
+        &mut *produced
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    assert_eq!(
+        produced.acked.len() + produced.failed.len(),
+        sent as usize,
+        "every record has an outcome"
+    );
+    assert!(
+        produced.failed.is_empty(),
+        "an idempotent producer with a 120 s delivery timeout retries through failover; \
+         failed: {:?}",
+        produced.failed.iter().take(5).collect::<Vec<_>>()
+    );
+    let _ = producer.close().await;
+    eprintln!(
+        "{sent} records sent, {} acknowledged, {:?} so far",
+        produced.acked.len(),
+        started.elapsed()
+    );
+
+    // The consumer that read during the faults reads on to the end; two
+    // more read everything (the bootstrap order reversed the second time).
+    // Then the checks.
+    let tps: Vec<TopicPartition> = (0..PARTITIONS)
+        .map(|p| TopicPartition::new(TOPIC, p))
+        .collect();
+    let ends = {
+        let mut c = ConsumerConfig::new(client_config(&bootstrap));
+        c.enable_auto_commit = false;
+        let consumer = Consumer::new(c)
+            .await
+            .unwrap_or_else(|e| panic!("consumer: {e}"));
+        consumer
+            .end_offsets(&tps)
+            .await
+            .unwrap_or_else(|e| panic!("end offsets: {e}"))
+    };
+    let (consumer, polled) = tailing
+        .await
+        .unwrap_or_else(|e| panic!("tailing consumer: {e}"));
+    let during: usize = polled.values().map(Vec::len).sum();
+    eprintln!("the tailing consumer read {during} records during the faults");
+    let live = read_to(consumer, polled, &ends).await;
+    let first = read_to(reader(&bootstrap).await, Polled::new(), &ends).await;
+    let reversed: Vec<&str> = bootstrap.split(',').rev().collect();
+    let second = read_to(reader(&reversed.join(",")).await, Polled::new(), &ends).await;
+
+    let mut at: HashMap<(i32, i64), String> = HashMap::new();
+    let mut seen: HashMap<String, (i32, i64)> = HashMap::new();
+    for read in [&live, &first, &second] {
+        for (p, records) in read {
+            for (offset, value) in records {
+                if let Some(other) = at.insert((*p, *offset), value.clone()) {
+                    assert_eq!(
+                        &other, value,
+                        "partition {p} offset {offset} read as two different records"
+                    );
+                }
+                if let Some(there) = seen.insert(value.clone(), (*p, *offset)) {
+                    assert_eq!(
+                        there,
+                        (*p, *offset),
+                        "{value} is in the log twice (idempotence)"
+                    );
+                }
+            }
+        }
+    }
+    let mut lost = Vec::new();
+    for (value, (p, offset)) in &produced.acked {
+        match seen.get(value) {
+            None => lost.push(value.clone()),
+            Some(found) => assert_eq!(
+                found,
+                &(*p, *offset),
+                "{value} acknowledged at {p}/{offset} but read at {found:?}"
+            ),
+        }
+    }
+    lost.sort();
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged records lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(10)]
+    );
+    for v in seen.keys() {
+        assert!(
+            produced.acked.contains_key(v),
+            "{v} in the log but never acknowledged (every record was)"
+        );
+    }
+    eprintln!("checked {} records in {:?}", seen.len(), started.elapsed());
+}
