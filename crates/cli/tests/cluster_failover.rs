@@ -256,251 +256,369 @@ async fn tail(bootstrap: String, stop: Arc<AtomicBool>) -> (Consumer, Polled) {
     (consumer, out)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn idempotent_producer_survives_leader_kill_and_follower_pause() {
-    let started = Instant::now();
-    let session = format!("broker.session.timeout.ms={SESSION_MS}");
-    let lag = format!("replica.lag.time.max.ms={LAG_MS}");
-    let mut cluster = Cluster3::start(&[
-        "controller.quorum.election.timeout.ms=1000",
-        &session,
-        &lag,
-        "default.replication.factor=3",
-    ]);
-    let all = [1, 2, 3];
-    let bootstrap = cluster.bootstrap();
+/// The nodes, the producer and the tailing consumer of one test.
+struct Run {
+    cluster: Cluster3,
+    bootstrap: String,
+    started: Instant,
+    producer: Arc<Producer>,
+    produced: Arc<Mutex<Produced>>,
+    stop: Arc<AtomicBool>,
+    producing: tokio::task::JoinHandle<u64>,
+    tailing: tokio::task::JoinHandle<(Consumer, Polled)>,
+}
 
-    // Every node registered, then the topic, replicated three ways.
-    let admin = {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(a) = Admin::connect(client_config(&bootstrap)).await {
-                let md = a.cluster().refresh(None).await.ok().map(|(md, _)| md);
-                if md.is_some_and(|m| m.brokers.len() == 3) {
-                    break a;
+/// How long a condition may take to appear (generous: a loaded two-core
+/// machine runs three nodes, the test and other builds).
+const WAIT: Duration = Duration::from_secs(20);
+const ALL: [i32; 3] = [1, 2, 3];
+
+/// The three-node clusters of this file run one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+impl Run {
+    /// Starts the cluster, creates the topic (three replicas,
+    /// min.insync.replicas=2), waits for full ISRs, then starts the
+    /// producer and the tailing consumer and waits for some acks.
+    async fn start() -> Run {
+        let started = Instant::now();
+        let session = format!("broker.session.timeout.ms={SESSION_MS}");
+        let lag = format!("replica.lag.time.max.ms={LAG_MS}");
+        let cluster = Cluster3::start(&[
+            "controller.quorum.election.timeout.ms=1000",
+            &session,
+            &lag,
+            "default.replication.factor=3",
+        ]);
+        let bootstrap = cluster.bootstrap();
+
+        // Every node registered, then the topic, replicated three ways.
+        let admin = {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Ok(a) = Admin::connect(client_config(&bootstrap)).await {
+                    let md = a.cluster().refresh(None).await.ok().map(|(md, _)| md);
+                    if md.is_some_and(|m| m.brokers.len() == 3) {
+                        break a;
+                    }
+                }
+                assert!(Instant::now() < deadline, "three brokers never registered");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        };
+        let created = admin
+            .create_topics(vec![
+                NewTopic::new(TOPIC, PARTITIONS, 3).config("min.insync.replicas", "2")
+            ])
+            .await
+            .unwrap_or_else(|e| panic!("create topics: {e}"));
+        for (name, r) in created {
+            r.unwrap_or_else(|e| panic!("create {name}: {e}"));
+        }
+        until_views(&cluster, &ALL, "a full ISR everywhere", WAIT, |v| {
+            v.values().all(|(l, _, isr)| *l > 0 && isr.len() == 3)
+        })
+        .await;
+
+        // The producer runs for the whole test.
+        let mut pconfig = ProducerConfig::new(client_config(&bootstrap));
+        pconfig.acks = -1;
+        pconfig.enable_idempotence = Some(true);
+        pconfig.request_timeout = Duration::from_secs(5);
+        pconfig.delivery_timeout_ms = 120_000;
+        pconfig.linger_ms = 5;
+        let producer = Arc::new(
+            Producer::new(pconfig)
+                .await
+                .unwrap_or_else(|e| panic!("producer: {e}")),
+        );
+        assert!(producer.is_idempotent());
+        let produced = Arc::new(Mutex::new(Produced::default()));
+        let done = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let producing = tokio::spawn(produce(
+            producer.clone(),
+            produced.clone(),
+            done,
+            stop.clone(),
+        ));
+        // So does a consumer, reading everything from the beginning.
+        let tailing = tokio::spawn(tail(bootstrap.clone(), stop.clone()));
+        let run = Run {
+            cluster,
+            bootstrap,
+            started,
+            producer,
+            produced,
+            stop,
+            producing,
+            tailing,
+        };
+        run.progress("before the faults").await;
+        run
+    }
+
+    /// Waits until 300 more records are acknowledged.
+    async fn progress(&self, what: &str) {
+        until_more_acks(&self.produced, 300, what, WAIT).await;
+    }
+
+    /// Waits until the views of `nodes` satisfy `f`.
+    async fn views(
+        &self,
+        nodes: &[i32],
+        what: &str,
+        f: impl Fn(&BTreeMap<i32, (i32, i32, Vec<i32>)>) -> bool,
+    ) -> BTreeMap<i32, (i32, i32, Vec<i32>)> {
+        until_views(&self.cluster, nodes, what, WAIT, f).await
+    }
+
+    /// Waits until every node is back in every ISR.
+    async fn full_isr(&self, what: &str) {
+        self.views(&ALL, what, |v| {
+            v.values().all(|(l, _, isr)| *l > 0 && isr.len() == 3)
+        })
+        .await;
+    }
+
+    /// Stops producing, reads everything back and checks Jepsen's Kafka
+    /// workload properties.
+    async fn finish_and_check(self) {
+        let Run {
+            cluster,
+            bootstrap,
+            started,
+            producer,
+            produced,
+            stop,
+            producing,
+            tailing,
+        } = self;
+        // Stop producing; every record gets its outcome.
+        stop.store(true, Ordering::Relaxed);
+        let sent = producing
+            .await
+            .unwrap_or_else(|e| panic!("producer task: {e}"));
+        tokio::time::timeout(Duration::from_secs(30), producer.flush())
+            .await
+            .unwrap_or_else(|_| panic!("flush timed out"));
+        let produced = std::mem::take(
+            &mut *produced
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        assert_eq!(
+            produced.acked.len() + produced.failed.len(),
+            sent as usize,
+            "every record has an outcome"
+        );
+        assert!(
+            produced.failed.is_empty(),
+            "an idempotent producer with a 120 s delivery timeout retries through failover; \
+             failed: {:?}",
+            produced.failed.iter().take(5).collect::<Vec<_>>()
+        );
+        let _ = producer.close().await;
+        eprintln!(
+            "{sent} records sent, {} acknowledged, {:?} so far",
+            produced.acked.len(),
+            started.elapsed()
+        );
+
+        // The consumer that read during the faults reads on to the end;
+        // two more read everything (the bootstrap order reversed the
+        // second time). Then the checks.
+        let tps: Vec<TopicPartition> = (0..PARTITIONS)
+            .map(|p| TopicPartition::new(TOPIC, p))
+            .collect();
+        let ends = {
+            let mut c = ConsumerConfig::new(client_config(&bootstrap));
+            c.enable_auto_commit = false;
+            let consumer = Consumer::new(c)
+                .await
+                .unwrap_or_else(|e| panic!("consumer: {e}"));
+            consumer
+                .end_offsets(&tps)
+                .await
+                .unwrap_or_else(|e| panic!("end offsets: {e}"))
+        };
+        let (consumer, polled) = tailing
+            .await
+            .unwrap_or_else(|e| panic!("tailing consumer: {e}"));
+        let during: usize = polled.values().map(Vec::len).sum();
+        eprintln!("the tailing consumer read {during} records during the faults");
+        let live = read_to(consumer, polled, &ends).await;
+        let first = read_to(reader(&bootstrap).await, Polled::new(), &ends).await;
+        let reversed: Vec<&str> = bootstrap.split(',').rev().collect();
+        let second = read_to(reader(&reversed.join(",")).await, Polled::new(), &ends).await;
+
+        let mut at: HashMap<(i32, i64), String> = HashMap::new();
+        let mut seen: HashMap<String, (i32, i64)> = HashMap::new();
+        for read in [&live, &first, &second] {
+            for (p, records) in read {
+                for (offset, value) in records {
+                    if let Some(other) = at.insert((*p, *offset), value.clone()) {
+                        assert_eq!(
+                            &other, value,
+                            "partition {p} offset {offset} read as two different records"
+                        );
+                    }
+                    if let Some(there) = seen.insert(value.clone(), (*p, *offset)) {
+                        assert_eq!(
+                            there,
+                            (*p, *offset),
+                            "{value} is in the log twice (idempotence)"
+                        );
+                    }
                 }
             }
-            assert!(Instant::now() < deadline, "three brokers never registered");
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-    };
-    let created = admin
-        .create_topics(vec![
-            NewTopic::new(TOPIC, PARTITIONS, 3).config("min.insync.replicas", "2")
-        ])
-        .await
-        .unwrap_or_else(|e| panic!("create topics: {e}"));
-    for (name, r) in created {
-        r.unwrap_or_else(|e| panic!("create {name}: {e}"));
+        let mut lost = Vec::new();
+        for (value, (p, offset)) in &produced.acked {
+            match seen.get(value) {
+                None => lost.push(value.clone()),
+                Some(found) => assert_eq!(
+                    found,
+                    &(*p, *offset),
+                    "{value} acknowledged at {p}/{offset} but read at {found:?}"
+                ),
+            }
+        }
+        lost.sort();
+        assert!(
+            lost.is_empty(),
+            "{} acknowledged records lost, e.g. {:?}",
+            lost.len(),
+            &lost[..lost.len().min(10)]
+        );
+        for v in seen.keys() {
+            assert!(
+                produced.acked.contains_key(v),
+                "{v} in the log but never acknowledged (every record was)"
+            );
+        }
+        eprintln!("checked {} records in {:?}", seen.len(), started.elapsed());
+        drop(cluster);
     }
-    let wait = Duration::from_secs(20);
-    until_views(&cluster, &all, "a full ISR everywhere", wait, |v| {
-        v.values().all(|(l, _, isr)| *l > 0 && isr.len() == 3)
-    })
-    .await;
+}
 
-    // The producer runs for the whole test.
-    let mut pconfig = ProducerConfig::new(client_config(&bootstrap));
-    pconfig.acks = -1;
-    pconfig.enable_idempotence = Some(true);
-    pconfig.request_timeout = Duration::from_secs(5);
-    pconfig.delivery_timeout_ms = 120_000;
-    pconfig.linger_ms = 5;
-    let producer = Arc::new(
-        Producer::new(pconfig)
-            .await
-            .unwrap_or_else(|e| panic!("producer: {e}")),
-    );
-    assert!(producer.is_idempotent());
-    let produced = Arc::new(Mutex::new(Produced::default()));
-    let done = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let task = tokio::spawn(produce(
-        producer.clone(),
-        produced.clone(),
-        done.clone(),
-        stop.clone(),
-    ));
-    // So does a consumer, reading everything from the beginning.
-    let tailing = tokio::spawn(tail(bootstrap.clone(), stop.clone()));
-    until_more_acks(&produced, 300, "before the faults", wait).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idempotent_producer_survives_leader_kill_and_follower_pause() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut run = Run::start().await;
 
     // SIGKILL the leader of partition 0: a new leader (from the ISR, next
     // epoch) takes over once the controller fences the silent node, and
     // acks=all writes go on (two of three replicas meet
     // min.insync.replicas=2).
-    let before = until_views(&cluster, &all, "a leader for partition 0", wait, |v| {
-        v[&0].0 > 0
-    })
-    .await;
+    let before = run
+        .views(&ALL, "a leader for partition 0", |v| v[&0].0 > 0)
+        .await;
     let (victim, epoch, _) = before[&0].clone();
     eprintln!("killing node {victim}, leader of partition 0 at epoch {epoch}");
-    cluster.kill(victim);
-    let others: Vec<i32> = all.iter().copied().filter(|i| *i != victim).collect();
-    until_views(
-        &cluster,
-        &others,
-        "a new leader for partition 0",
-        wait,
-        |v| v.values().all(|(l, _, _)| *l > 0 && *l != victim) && v[&0].1 > epoch,
-    )
+    run.cluster.kill(victim);
+    let others: Vec<i32> = ALL.iter().copied().filter(|i| *i != victim).collect();
+    run.views(&others, "a new leader for partition 0", |v| {
+        v.values().all(|(l, _, _)| *l > 0 && *l != victim) && v[&0].1 > epoch
+    })
     .await;
-    until_more_acks(&produced, 300, "after the leader was killed", wait).await;
+    run.progress("after the leader was killed").await;
 
     // The killed node comes back on its folder, catches up and rejoins
     // every ISR.
-    cluster.restart(victim);
-    until_views(
-        &cluster,
-        &all,
-        "the restarted node back in every ISR",
-        wait,
-        |v| v.values().all(|(l, _, isr)| *l > 0 && isr.len() == 3),
-    )
-    .await;
-    until_more_acks(&produced, 300, "after the restart", wait).await;
+    run.cluster.restart(victim);
+    run.full_isr("the restarted node back in every ISR").await;
+    run.progress("after the restart").await;
 
     // SIGSTOP a follower of partition 0 beyond the lag time: it leaves the
     // ISRs (and, silent, is fenced), writes go on with the other two; once
     // resumed it rejoins.
-    let v = until_views(&cluster, &all, "leaders", wait, |v| {
-        v.values().all(|(l, _, _)| *l > 0)
-    })
-    .await;
+    let v = run
+        .views(&ALL, "leaders", |v| v.values().all(|(l, _, _)| *l > 0))
+        .await;
     let leader0 = v[&0].0;
     // Prefer a node that leads nothing (a pure follower).
-    let follower = all
+    let follower = ALL
         .iter()
         .copied()
         .filter(|i| *i != leader0)
         .min_by_key(|i| v.values().filter(|(l, _, _)| l == i).count())
         .unwrap_or_else(|| panic!("no follower"));
     eprintln!("pausing node {follower} (partition 0 led by {leader0})");
-    cluster.pause(follower);
-    let others: Vec<i32> = all.iter().copied().filter(|i| *i != follower).collect();
-    until_views(
-        &cluster,
-        &others,
-        "the paused node out of every ISR",
-        wait,
-        |v| {
-            v.values()
-                .all(|(l, _, isr)| *l > 0 && *l != follower && !isr.contains(&follower))
-        },
-    )
+    run.cluster.pause(follower);
+    let others: Vec<i32> = ALL.iter().copied().filter(|i| *i != follower).collect();
+    run.views(&others, "the paused node out of every ISR", |v| {
+        v.values()
+            .all(|(l, _, isr)| *l > 0 && *l != follower && !isr.contains(&follower))
+    })
     .await;
-    until_more_acks(&produced, 300, "while a follower is paused", wait).await;
-    cluster.resume(follower);
-    until_views(
-        &cluster,
-        &all,
-        "the resumed node back in every ISR",
-        wait,
-        |v| v.values().all(|(l, _, isr)| *l > 0 && isr.len() == 3),
-    )
+    run.progress("while a follower is paused").await;
+    run.cluster.resume(follower);
+    run.full_isr("the resumed node back in every ISR").await;
+    run.progress("after the resume").await;
+
+    run.finish_and_check().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clients_ride_out_a_paused_leader_and_a_killed_controller_leader() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut run = Run::start().await;
+
+    // SIGSTOP the leader of partition 0 beyond the session timeout: its
+    // connections stay open but nothing answers (requests time out); the
+    // controller fences it and elects a new leader. Resumed, the old
+    // leader learns it was deposed, truncates what the new leader does
+    // not have (nothing acknowledged) and follows.
+    let before = run
+        .views(&ALL, "a leader for partition 0", |v| v[&0].0 > 0)
+        .await;
+    let (paused, epoch, _) = before[&0].clone();
+    eprintln!("pausing node {paused}, leader of partition 0 at epoch {epoch}");
+    run.cluster.pause(paused);
+    let others: Vec<i32> = ALL.iter().copied().filter(|i| *i != paused).collect();
+    run.views(&others, "a new leader for partition 0", |v| {
+        v.values()
+            .all(|(l, _, isr)| *l > 0 && *l != paused && !isr.contains(&paused))
+            && v[&0].1 > epoch
+    })
     .await;
-    until_more_acks(&produced, 300, "after the resume", wait).await;
+    run.progress("while the old leader is paused").await;
+    run.cluster.resume(paused);
+    run.full_isr("the resumed old leader back in every ISR")
+        .await;
+    run.progress("after the resume").await;
 
-    // Stop producing; every record gets its outcome.
-    stop.store(true, Ordering::Relaxed);
-    let sent = task.await.unwrap_or_else(|e| panic!("producer task: {e}"));
-    tokio::time::timeout(Duration::from_secs(30), producer.flush())
-        .await
-        .unwrap_or_else(|_| panic!("flush timed out"));
-    let produced = std::mem::take(
-        &mut *produced
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
-    assert_eq!(
-        produced.acked.len() + produced.failed.len(),
-        sent as usize,
-        "every record has an outcome"
-    );
-    assert!(
-        produced.failed.is_empty(),
-        "an idempotent producer with a 120 s delivery timeout retries through failover; \
-         failed: {:?}",
-        produced.failed.iter().take(5).collect::<Vec<_>>()
-    );
-    let _ = producer.close().await;
-    eprintln!(
-        "{sent} records sent, {} acknowledged, {:?} so far",
-        produced.acked.len(),
-        started.elapsed()
-    );
-
-    // The consumer that read during the faults reads on to the end; two
-    // more read everything (the bootstrap order reversed the second time).
-    // Then the checks.
-    let tps: Vec<TopicPartition> = (0..PARTITIONS)
-        .map(|p| TopicPartition::new(TOPIC, p))
-        .collect();
-    let ends = {
-        let mut c = ConsumerConfig::new(client_config(&bootstrap));
-        c.enable_auto_commit = false;
-        let consumer = Consumer::new(c)
-            .await
-            .unwrap_or_else(|e| panic!("consumer: {e}"));
-        consumer
-            .end_offsets(&tps)
-            .await
-            .unwrap_or_else(|e| panic!("end offsets: {e}"))
-    };
-    let (consumer, polled) = tailing
-        .await
-        .unwrap_or_else(|e| panic!("tailing consumer: {e}"));
-    let during: usize = polled.values().map(Vec::len).sum();
-    eprintln!("the tailing consumer read {during} records during the faults");
-    let live = read_to(consumer, polled, &ends).await;
-    let first = read_to(reader(&bootstrap).await, Polled::new(), &ends).await;
-    let reversed: Vec<&str> = bootstrap.split(',').rev().collect();
-    let second = read_to(reader(&reversed.join(",")).await, Polled::new(), &ends).await;
-
-    let mut at: HashMap<(i32, i64), String> = HashMap::new();
-    let mut seen: HashMap<String, (i32, i64)> = HashMap::new();
-    for read in [&live, &first, &second] {
-        for (p, records) in read {
-            for (offset, value) in records {
-                if let Some(other) = at.insert((*p, *offset), value.clone()) {
-                    assert_eq!(
-                        &other, value,
-                        "partition {p} offset {offset} read as two different records"
-                    );
-                }
-                if let Some(there) = seen.insert(value.clone(), (*p, *offset)) {
-                    assert_eq!(
-                        there,
-                        (*p, *offset),
-                        "{value} is in the log twice (idempotence)"
-                    );
+    // SIGKILL the metadata quorum's leader (the controller the brokers
+    // name): the other two elect a new one; produce and fetch go on; the
+    // killed node restarts and rejoins every ISR.
+    let controller = {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let mut c = client_config(&run.bootstrap);
+            c.retries = 0;
+            if let Ok(cl) = Cluster::connect(c).await {
+                let id = cl.metadata().await.controller_id;
+                if id > 0 {
+                    break id;
                 }
             }
+            assert!(Instant::now() < deadline, "no controller named");
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-    }
-    let mut lost = Vec::new();
-    for (value, (p, offset)) in &produced.acked {
-        match seen.get(value) {
-            None => lost.push(value.clone()),
-            Some(found) => assert_eq!(
-                found,
-                &(*p, *offset),
-                "{value} acknowledged at {p}/{offset} but read at {found:?}"
-            ),
-        }
-    }
-    lost.sort();
-    assert!(
-        lost.is_empty(),
-        "{} acknowledged records lost, e.g. {:?}",
-        lost.len(),
-        &lost[..lost.len().min(10)]
-    );
-    for v in seen.keys() {
-        assert!(
-            produced.acked.contains_key(v),
-            "{v} in the log but never acknowledged (every record was)"
-        );
-    }
-    eprintln!("checked {} records in {:?}", seen.len(), started.elapsed());
+    };
+    eprintln!("killing node {controller}, the quorum leader");
+    run.cluster.kill(controller);
+    let others: Vec<i32> = ALL.iter().copied().filter(|i| *i != controller).collect();
+    run.views(&others, "leaders away from the killed controller", |v| {
+        v.values().all(|(l, _, _)| *l > 0 && *l != controller)
+    })
+    .await;
+    run.progress("after the controller leader was killed").await;
+    run.cluster.restart(controller);
+    run.full_isr("the restarted controller back in every ISR")
+        .await;
+    run.progress("after the controller restart").await;
+
+    run.finish_and_check().await;
 }
