@@ -387,6 +387,54 @@ impl Cluster {
         Ok((fresh, errors))
     }
 
+    /// Applies a KIP-951 current-leader hint from a Produce or Fetch
+    /// response (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH): when
+    /// `epoch` is newer than the cached one and the leader's address is
+    /// known (cached, or among `endpoints`), the partition's leader moves
+    /// there without waiting for a metadata refresh (Kafka's
+    /// `Metadata.updatePartitionLeadership`). Returns whether it did.
+    pub async fn apply_leader_hint(
+        &self,
+        topic: &str,
+        partition: i32,
+        leader: i32,
+        epoch: i32,
+        endpoints: &[BrokerInfo],
+    ) -> bool {
+        if leader < 0 || epoch < 0 {
+            return false;
+        }
+        let mut md = self.metadata.lock().await;
+        if let std::collections::btree_map::Entry::Vacant(e) = md.brokers.entry(leader) {
+            match endpoints.iter().find(|b| b.id == leader) {
+                Some(b) => {
+                    e.insert(b.clone());
+                }
+                None => return false,
+            }
+        }
+        let Some(p) = md
+            .topics
+            .get_mut(topic)
+            .and_then(|t| t.partitions.get_mut(&partition))
+        else {
+            return false;
+        };
+        if p.leader_epoch >= epoch {
+            return false;
+        }
+        tracing::debug!(
+            topic,
+            partition,
+            leader,
+            epoch,
+            "leader moved (hint in the response)"
+        );
+        p.leader = leader;
+        p.leader_epoch = epoch;
+        true
+    }
+
     async fn fetch_metadata(
         &self,
         topics: Option<&[String]>,

@@ -4,7 +4,8 @@
 //! broker answers; the consumer sends its leader epoch in Fetch
 //! (`current_leader_epoch`), and on NOT_LEADER_OR_FOLLOWER or
 //! FENCED_LEADER_EPOCH refreshes metadata and goes on from the new leader
-//! without losing or repeating a record.
+//! without losing or repeating a record; a current-leader hint in a Fetch
+//! error (KIP-951) moves it even while every broker's metadata lags.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -47,6 +48,9 @@ struct State {
     down: HashSet<i32>,
     /// Every Fetch: (broker, current_leader_epoch, fetch_offset).
     fetches: Vec<(i32, i32, i64)>,
+    /// Whether NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH answers name
+    /// the real leader (KIP-951's `current_leader`).
+    hints: bool,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -137,6 +141,11 @@ fn fetch(state: &mut State, id: i32, req: &FetchRequest) -> FetchResponse {
             if pd.error_code != 0 {
                 pd.high_watermark = -1;
                 pd.last_stable_offset = -1;
+            }
+            if state.hints && [NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH].contains(&pd.error_code)
+            {
+                pd.current_leader.leader_id = BrokerId(leader);
+                pd.current_leader.leader_epoch = epoch;
             }
             tr.partitions.push(pd);
         }
@@ -376,4 +385,34 @@ async fn the_consumer_fetches_with_its_leader_epoch_and_follows_leader_changes()
         "{:?}",
         st.fetches
     );
+}
+
+#[tokio::test]
+async fn a_leader_hint_in_a_fetch_error_moves_the_consumer_before_metadata_does() {
+    let state = fake_cluster(5).await;
+    let mut config = ConsumerConfig::new(client(&addr(&state, 1)));
+    config.enable_auto_commit = false;
+    config.fetch_max_wait = Duration::from_millis(20);
+    let mut consumer = Consumer::new(config).await.expect("consumer");
+    let tp = TopicPartition::new(TOPIC, 0);
+    consumer.assign(std::slice::from_ref(&tp)).expect("assign");
+    consumer.seek(&tp, 0).expect("seek");
+    let mut next = 0;
+    read_until(&mut consumer, &mut next, 10).await;
+
+    // Broker 2 leads at epoch 6, but every broker's metadata still says
+    // broker 1 at epoch 5: only broker 1's hint tells where to go.
+    {
+        let mut st = lock(&state);
+        st.truth = (2, 6);
+        st.hints = true;
+        st.fetches.clear();
+    }
+    read_until(&mut consumer, &mut next, 30).await;
+    let md = consumer.cluster().metadata().await;
+    assert_eq!(md.leader(TOPIC, 0).map(|b| b.id), Some(2));
+    assert_eq!(md.leader_epoch(TOPIC, 0), 6);
+    let st = lock(&state);
+    let last = st.fetches.last().copied().expect("fetched");
+    assert_eq!((last.0, last.1), (2, 6), "{:?}", st.fetches);
 }

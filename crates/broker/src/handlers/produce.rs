@@ -14,13 +14,15 @@
 //! carry no message. The log start offset (v5+) is filled unless the error is
 //! one Kafka answers without append info (unknown partition, not leader,
 //! too large, corrupt, storage error, or a request-level check).
+//! NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH carry the current leader
+//! and its endpoint (KIP-951, v10+).
 
 use std::sync::Arc;
 
 use proto_kafka::messages::produce_response::{
-    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
-use proto_kafka::messages::{ProduceRequest, ProduceResponse};
+use proto_kafka::messages::{BrokerId, ProduceRequest, ProduceResponse};
 use proto_kafka::protocol::StrBytes;
 use proto_kafka::ResponseError;
 use sluice_protocol::record::{BatchIter, Compression};
@@ -142,11 +144,47 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx)
             pr.log_append_time_ms = -1;
         }
     }
+    if ctx.version >= 10 {
+        add_leader_hints(broker, &mut resp);
+    }
     match (acks, first_error) {
         (0, None) => Outcome::Silent,
         (0, Some(e)) => Outcome::Close(format!("acks=0 produce failed for {e}")),
         _ => Outcome::Respond(resp),
     }
+}
+
+/// KIP-951 (v10+): partitions refused with NOT_LEADER_OR_FOLLOWER or
+/// FENCED_LEADER_EPOCH carry the leader and epoch this node knows, and the
+/// response the endpoints of those leaders, so the producer can retry
+/// there without waiting for a metadata refresh.
+fn add_leader_hints(broker: &Broker, resp: &mut ProduceResponse) {
+    let mut leaders = std::collections::BTreeSet::new();
+    for t in &mut resp.responses {
+        for p in &mut t.partition_responses {
+            if !super::metadata::wants_leader_hint(p.error_code) {
+                continue;
+            }
+            if let Some((leader, epoch)) =
+                super::metadata::leader_hint(broker, t.name.0.as_str(), p.index)
+            {
+                p.current_leader.leader_id = BrokerId(leader);
+                p.current_leader.leader_epoch = epoch;
+                leaders.insert(leader);
+            }
+        }
+    }
+    resp.node_endpoints = super::metadata::hinted_endpoints(broker, &leaders)
+        .into_iter()
+        .map(|b| {
+            let mut e = NodeEndpoint::default();
+            e.node_id = BrokerId(b.id);
+            e.host = StrBytes::from_string(b.host);
+            e.port = b.port;
+            e.rack = b.rack.map(StrBytes::from_string);
+            e
+        })
+        .collect();
 }
 
 /// How one partition failed, with what Kafka puts in its response.

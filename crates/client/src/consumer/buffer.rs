@@ -106,6 +106,15 @@ impl Consumer {
                     }
                 }
                 Err(e) if e.invalidates_metadata() || e.is_retriable() => {
+                    // NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
+                    // UNKNOWN_LEADER_EPOCH, OFFSET_NOT_AVAILABLE,
+                    // REPLICA_NOT_AVAILABLE, KAFKA_STORAGE_ERROR,
+                    // UNKNOWN_TOPIC_OR_PARTITION...: the leader may have
+                    // moved (the hint, if any, says where); refresh and
+                    // retry after the backoff (Kafka's FetchCollector).
+                    if let Some((leader, epoch)) = pf.current_leader {
+                        self.leader_hints.push((pf.tp.clone(), leader, epoch));
+                    }
                     self.metadata_stale = true;
                     s.retry_after = Some(backoff);
                 }

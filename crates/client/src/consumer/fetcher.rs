@@ -84,6 +84,9 @@ pub(crate) struct PartitionFetch {
     pub fetch_offset: i64,
     /// Data, or a Kafka error / decoding failure for this partition.
     pub result: Result<FetchedData>,
+    /// The broker's current-leader hint (KIP-951, v12+): leader id and
+    /// epoch, sent with NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH.
+    pub current_leader: Option<(i32, i32)>,
 }
 
 /// The outcome of one fetch request.
@@ -193,10 +196,15 @@ async fn fetch_once(
                     high_watermark: p.high_watermark,
                 }),
             };
+            let hint = &p.current_leader;
+            let current_leader =
+                (p.error_code != 0 && hint.leader_id.0 >= 0 && hint.leader_epoch >= 0)
+                    .then_some((hint.leader_id.0, hint.leader_epoch));
             out.push(PartitionFetch {
                 tp,
                 fetch_offset,
                 result,
+                current_leader,
             });
         }
     }

@@ -190,6 +190,9 @@ pub struct Consumer {
     join_prepare: bool,
     last_metadata: Instant,
     metadata_stale: bool,
+    /// Current-leader hints from fetch errors (KIP-951), applied to the
+    /// metadata cache before the next fetches are sent.
+    leader_hints: Vec<(TopicPartition, i32, i32)>,
     /// Rotates which partition `poll` drains first.
     drain_start: usize,
     pending_error: Option<ClientError>,
@@ -252,6 +255,7 @@ impl Consumer {
             join_prepare: true,
             last_metadata: Instant::now(),
             metadata_stale: false,
+            leader_hints: Vec::new(),
             drain_start: 0,
             pending_error: None,
             closed: false,
@@ -654,6 +658,11 @@ impl Consumer {
             self.update_positions().await?;
             while let Ok(outcome) = self.fetch_rx.try_recv() {
                 self.handle_fetch(outcome);
+            }
+            for (tp, leader, epoch) in std::mem::take(&mut self.leader_hints) {
+                self.cluster
+                    .apply_leader_hint(&tp.topic, tp.partition, leader, epoch, &[])
+                    .await;
             }
             // No await between taking records and returning them: a poll
             // cancelled here must not lose records.
