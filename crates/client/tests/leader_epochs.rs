@@ -5,7 +5,8 @@
 //! (`current_leader_epoch`), and on NOT_LEADER_OR_FOLLOWER or
 //! FENCED_LEADER_EPOCH refreshes metadata and goes on from the new leader
 //! without losing or repeating a record; a current-leader hint in a Fetch
-//! error (KIP-951) moves it even while every broker's metadata lags.
+//! error (KIP-951) moves it even while every broker's metadata lags, and
+//! one in a Produce error (with the leader's endpoint) moves the producer.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -17,14 +18,20 @@ use proto_kafka::messages::fetch_response::{FetchableTopicResponse, PartitionDat
 use proto_kafka::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
+use proto_kafka::messages::produce_response::{
+    NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+};
 use proto_kafka::messages::{
     ApiKey, ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse, MetadataResponse,
-    RequestHeader, ResponseHeader, TopicName,
+    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use proto_kafka::protocol::{Decodable, Encodable, StrBytes};
 use sluice_client::consumer::{Consumer, ConsumerConfig};
-use sluice_client::{ClientConfig, Cluster, TopicPartition};
-use sluice_protocol::record::{BatchBuilder, Compression, Record};
+use sluice_client::{
+    ClientConfig, Cluster, Producer, ProducerConfig, ProducerRecord, TopicPartition,
+};
+use sluice_protocol::record::codec::decode_batch;
+use sluice_protocol::record::{BatchBuilder, BatchIter, Compression, Record};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -51,6 +58,11 @@ struct State {
     /// Whether NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH answers name
     /// the real leader (KIP-951's `current_leader`).
     hints: bool,
+    /// Brokers Metadata answers leave out (a lagging view that does not
+    /// know a new broker yet).
+    unlisted: HashSet<i32>,
+    /// Records appended by Produce: (broker, value).
+    produced: Vec<(i32, String)>,
 }
 
 type Shared = Arc<Mutex<State>>;
@@ -77,7 +89,7 @@ fn metadata(state: &State, id: i32) -> MetadataResponse {
     let mut resp = MetadataResponse::default();
     let mut ids: Vec<i32> = state.ports.keys().copied().collect();
     ids.sort_unstable();
-    for b in ids {
+    for b in ids.into_iter().filter(|b| !state.unlisted.contains(b)) {
         let mut mb = MetadataResponseBroker::default();
         mb.node_id = BrokerId(b);
         mb.host = StrBytes::from_static_str("127.0.0.1");
@@ -154,6 +166,48 @@ fn fetch(state: &mut State, id: i32, req: &FetchRequest) -> FetchResponse {
     resp
 }
 
+/// Answers a Produce as broker `id`: appended when it leads, else
+/// NOT_LEADER_OR_FOLLOWER (with the leader and its endpoint when hinting).
+fn produce(state: &mut State, id: i32, req: &ProduceRequest) -> ProduceResponse {
+    let mut resp = ProduceResponse::default();
+    let (leader, epoch) = state.truth;
+    for t in &req.topic_data {
+        let mut tr = TopicProduceResponse::default();
+        tr.name = t.name.clone();
+        for p in &t.partition_data {
+            let mut pr = PartitionProduceResponse::default();
+            pr.index = p.index;
+            pr.log_append_time_ms = -1;
+            if leader == id {
+                pr.base_offset = state.produced.len() as i64;
+                for b in BatchIter::new(p.records.as_deref().unwrap_or_default()) {
+                    let (_, _, raw) = b.expect("batch");
+                    for r in decode_batch(raw, 1 << 20).expect("decode").records {
+                        let v = String::from_utf8_lossy(&r.record.value.unwrap_or_default())
+                            .into_owned();
+                        state.produced.push((id, v));
+                    }
+                }
+            } else {
+                pr.error_code = NOT_LEADER_OR_FOLLOWER;
+                pr.base_offset = -1;
+                if state.hints {
+                    pr.current_leader.leader_id = BrokerId(leader);
+                    pr.current_leader.leader_epoch = epoch;
+                    let mut e = NodeEndpoint::default();
+                    e.node_id = BrokerId(leader);
+                    e.host = StrBytes::from_static_str("127.0.0.1");
+                    e.port = i32::from(state.ports[&leader]);
+                    resp.node_endpoints = vec![e];
+                }
+            }
+            tr.partition_responses.push(pr);
+        }
+        resp.responses.push(tr);
+    }
+    resp
+}
+
 async fn serve(stream: TcpStream, id: i32, state: Shared) {
     let (mut rd, mut wr) = stream.into_split();
     while let Ok(len) = rd.read_i32().await {
@@ -174,6 +228,7 @@ async fn serve(stream: TcpStream, id: i32, state: Shared) {
                     (ApiKey::ApiVersions, 0, 3),
                     (ApiKey::Metadata, 0, 12),
                     (ApiKey::Fetch, 4, 12),
+                    (ApiKey::Produce, 3, 12),
                 ] {
                     let mut v = ApiVersion::default();
                     v.api_key = k as i16;
@@ -184,6 +239,11 @@ async fn serve(stream: TcpStream, id: i32, state: Shared) {
                 frame(key, version, c, &resp)
             }
             ApiKey::Metadata => frame(key, version, c, &metadata(&lock(&state), id)),
+            ApiKey::Produce => {
+                let req = ProduceRequest::decode(&mut body, version).expect("produce");
+                let resp = produce(&mut lock(&state), id, &req);
+                frame(key, version, c, &resp)
+            }
             ApiKey::Fetch => {
                 let req = FetchRequest::decode(&mut body, version).expect("fetch");
                 let resp = fetch(&mut lock(&state), id, &req);
@@ -415,4 +475,39 @@ async fn a_leader_hint_in_a_fetch_error_moves_the_consumer_before_metadata_does(
     let st = lock(&state);
     let last = st.fetches.last().copied().expect("fetched");
     assert_eq!((last.0, last.1), (2, 6), "{:?}", st.fetches);
+}
+
+#[tokio::test]
+async fn a_leader_hint_in_a_produce_error_moves_the_producer_to_an_unlisted_leader() {
+    let state = fake_cluster(5).await;
+    // Every metadata answer is stale (broker 1 leads at epoch 5) and does
+    // not even list broker 2, the real leader at epoch 6: only broker 1's
+    // hint, with broker 2's endpoint, tells the producer where to go.
+    {
+        let mut st = lock(&state);
+        st.truth = (2, 6);
+        st.hints = true;
+        st.unlisted.insert(2);
+    }
+    let mut config = ProducerConfig::new(client(&addr(&state, 1)));
+    config.enable_idempotence = Some(false);
+    config.linger_ms = 0;
+    config.delivery_timeout_ms = 10_000;
+    config.request_timeout = Duration::from_secs(5);
+    let producer = Producer::new(config).await.expect("producer");
+    let mut pending = Vec::new();
+    for i in 0..5 {
+        let record = ProducerRecord::new(TOPIC, format!("p{i}").into_bytes()).partition(0);
+        pending.push(producer.send(record).await.expect("send"));
+    }
+    for d in pending {
+        d.await.expect("delivered");
+    }
+    let md = producer.cluster().metadata().await;
+    assert_eq!(md.leader(TOPIC, 0).map(|b| b.id), Some(2));
+    assert_eq!(md.leader_epoch(TOPIC, 0), 6);
+    let st = lock(&state);
+    let values: Vec<&str> = st.produced.iter().map(|(_, v)| v.as_str()).collect();
+    assert_eq!(values, ["p0", "p1", "p2", "p3", "p4"]);
+    assert!(st.produced.iter().all(|(b, _)| *b == 2));
 }
