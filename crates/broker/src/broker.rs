@@ -157,11 +157,11 @@ impl Broker {
         broker.sync_partitions();
         broker
             .groups
-            .load_all(&broker)
+            .follow_leadership(&broker)
             .map_err(|e| BrokerError::Malformed(format!("loading consumer groups: {e:?}")))?;
         broker
             .txns
-            .load_all(&broker)
+            .follow_leadership(&broker)
             .map_err(|e| BrokerError::Malformed(format!("loading transactions: {e:?}")))?;
         broker.logs.start_background();
         crate::metadata_follower::spawn(&broker);
@@ -275,13 +275,32 @@ impl Broker {
         self.settings.replica_lag_time_max_ms.max(0) as u64
     }
 
-    /// Leads what the metadata image says this node leads.
+    /// Leads what the metadata image says this node leads; the group and
+    /// transaction coordinators' background tasks are woken to follow
+    /// (load the internal partitions now led, unload the others).
     pub(crate) fn sync_partitions(&self) {
         let image = self.image();
         self.partitions
             .sync(&image, self.node_id, self.lag_time_max_ms(), |tp| {
                 self.logs.get(tp)
             });
+        self.groups.leadership_moved();
+        self.txns.leadership_moved();
+    }
+
+    /// The replication factor an internal topic is created with: the
+    /// configured one (Kafka's default 3), at most the number of voters of
+    /// the metadata quorum, so a single node (one voter) creates it with
+    /// one replica. With more voters, creation waits (COORDINATOR_NOT_AVAILABLE)
+    /// until that many brokers are registered, as Kafka's does.
+    pub(crate) fn internal_topic_replication(&self, configured: i16) -> i16 {
+        let voters = self
+            .metadata
+            .quorum()
+            .map_or(1, |q| q.voter_ids().len().max(1));
+        configured
+            .min(i16::try_from(voters).unwrap_or(i16::MAX))
+            .max(1)
     }
 
     /// Validates and creates a topic for a client (CreateTopics, auto
@@ -332,14 +351,7 @@ impl Broker {
                 "Replication factor must be larger than 0.",
             ));
         }
-        // The group and transaction coordinators do not move with their
-        // internal topic's leadership yet: at replication factor 1 those
-        // topics stay on the node that needs them.
-        let assignment = if rf == 1 && crate::internal_topics::is_internal(name) {
-            vec![vec![self.node_id]; partitions as usize]
-        } else {
-            self.place_replicas(0, partitions, rf as usize)?
-        };
+        let assignment = self.place_replicas(0, partitions, rf as usize)?;
         let log_config = self
             .defaults
             .with_overrides(configs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -590,7 +602,7 @@ impl Broker {
                 self.settings.offsets_topic_segment_bytes.to_string(),
             ),
         ];
-        let rf = self.settings.offsets_topic_replication_factor;
+        let rf = self.internal_topic_replication(self.settings.offsets_topic_replication_factor);
         match self.create_topic_unchecked(CONSUMER_OFFSETS_TOPIC, partitions, rf, &configs, false) {
             Ok(_) => Ok(()),
             Err(e) if e.code == ResponseError::TopicAlreadyExists => Ok(()),
@@ -611,6 +623,8 @@ impl Broker {
             return Ok(());
         }
         let s = &self.settings;
+        let rf = self.internal_topic_replication(s.transaction_state_log_replication_factor);
+        let min_isr = s.transaction_state_log_min_isr.min(i32::from(rf));
         let configs = vec![
             (
                 "unclean.leader.election.enable".to_string(),
@@ -618,17 +632,13 @@ impl Broker {
             ),
             ("compression.type".to_string(), "uncompressed".to_string()),
             ("cleanup.policy".to_string(), "compact".to_string()),
-            (
-                "min.insync.replicas".to_string(),
-                s.transaction_state_log_min_isr.to_string(),
-            ),
+            ("min.insync.replicas".to_string(), min_isr.to_string()),
             (
                 "segment.bytes".to_string(),
                 s.transaction_state_log_segment_bytes.to_string(),
             ),
         ];
         let partitions = s.transaction_state_log_num_partitions;
-        let rf = s.transaction_state_log_replication_factor;
         match self.create_topic_unchecked(name, partitions, rf, &configs, false) {
             Ok(_) => Ok(()),
             Err(e) if e.code == ResponseError::TopicAlreadyExists => Ok(()),

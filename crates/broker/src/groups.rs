@@ -1,16 +1,25 @@
 //! The group coordinator runtime: drives the sans-IO state machines of
 //! `sluice-coordinator` with real I/O.
 //!
-//! One shard per `__consumer_offsets` partition (the coordinator of a group
-//! is the leader of partition `abs(hash(group)) % offsets.topic.num.partitions`;
-//! on one node this node leads them all). A shard holds the group state
-//! machine and the committed-offsets store, rebuilt by replaying the
-//! partition's log when the shard is first needed or at start.
+//! One shard per `__consumer_offsets` partition this node leads (the
+//! coordinator of a group is the leader of partition
+//! `abs(hash(group)) % offsets.topic.num.partitions`; on one node this node
+//! leads them all). A shard holds the group state machine and the
+//! committed-offsets store, rebuilt by replaying the partition's log when
+//! this node becomes its leader ([`Groups::follow_leadership`], at start and
+//! on every leadership change) or when the shard is first needed. A shard
+//! holds a [`Lease`] on its partition: when the leadership moves away (or
+//! to a new leader epoch) the shard is unloaded, its parked requests get
+//! NOT_COORDINATOR, and requests for its groups get NOT_COORDINATOR here
+//! (FindCoordinator names the new leader).
 //!
 //! Effects are applied in the contract's order: records are appended to the
 //! partition (and the store updated) before any response is released.
 //! JoinGroup and SyncGroup responses that wait for a rebalance are parked
 //! under a request token and released by a later call or by the timer task.
+//! As Kafka writes them with acks=all, the handlers answer a write only once
+//! the partition's high watermark covers it ([`Groups::wait_committed`]), so
+//! an acknowledged offset commit survives the loss of the leader.
 //!
 //! Transactional offsets (TxnOffsetCommit) are appended as a transactional
 //! batch of their producer and stay pending in the offset store; the
@@ -20,7 +29,7 @@
 
 use std::collections::BTreeSet;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -40,21 +49,29 @@ use sluice_storage::ReplayEvent;
 use tokio::sync::oneshot;
 
 use crate::broker::{ApiError, Broker, CONSUMER_OFFSETS_TOPIC};
-use crate::partition::Partition;
+use crate::partition::{Lease, Partition};
 
 /// One `__consumer_offsets` partition's coordinator state.
 #[derive(Debug)]
 pub(crate) struct Shard {
     pub groups: GroupCoordinator,
     pub offsets: OffsetStore,
-    /// The `__consumer_offsets` partition, through the partition layer.
-    partition: Arc<Partition>,
+    /// The `__consumer_offsets` partition, through the partition layer,
+    /// while this node leads it in the epoch the shard was loaded in.
+    lease: Lease,
 }
+
+/// A loaded shard and the lease it was loaded under.
+type Loaded = (Lease, Arc<Mutex<Shard>>);
 
 /// A shard's place: empty until the partition is loaded. Loading holds
 /// only this slot's lock, so loading one partition never blocks requests
 /// for groups of other partitions.
-type Slot = Arc<Mutex<Option<Arc<Mutex<Shard>>>>>;
+type Slot = Arc<Mutex<Option<Loaded>>>;
+
+/// Where a write must be replicated to before its response goes out: the
+/// partition and its log end offset right after the write.
+pub(crate) type CommitPoint = (Arc<Partition>, i64);
 
 /// All shards, the parked responses and the timer wake-up.
 #[derive(Debug)]
@@ -69,6 +86,10 @@ pub(crate) struct Groups {
     offset_config: OffsetConfig,
     /// `offsets.retention.check.interval.ms`.
     pub(crate) retention_check_interval_ms: i64,
+    /// `offsets.commit.timeout.ms`: how long a write waits for the ISR.
+    commit_timeout: Duration,
+    /// Set when the metadata moved leaderships: the timer task follows.
+    leadership_moved: AtomicBool,
 }
 
 /// See `GroupConfig::min_sync_delay_ms`.
@@ -109,6 +130,8 @@ impl Groups {
             config: gc,
             offset_config,
             retention_check_interval_ms: settings.offsets_retention_check_interval_ms.max(1),
+            commit_timeout: Duration::from_millis(settings.offsets_commit_timeout_ms.max(1) as u64),
+            leadership_moved: AtomicBool::new(false),
         }
     }
 
@@ -142,30 +165,51 @@ impl Groups {
 
     fn shard_at(&self, broker: &Broker, partition: i32) -> Result<Arc<Mutex<Shard>>, ApiError> {
         let slot = Arc::clone(lock(&self.shards).entry(partition).or_default());
-        if let Ok(loaded) = slot.try_lock() {
-            if let Some(shard) = loaded.as_ref() {
-                return Ok(Arc::clone(shard));
+        if let Ok(mut loaded) = slot.try_lock() {
+            match loaded.as_ref() {
+                Some((lease, shard)) if lease.valid() => return Ok(Arc::clone(shard)),
+                Some(_) => self.unload(&mut loaded),
+                None => {}
             }
         }
         // Creating the topic and replaying the partition wait on the disk
         // (and on a concurrent load of the same partition).
         crate::blocking::in_place(|| {
             let mut loaded = lock(&slot);
-            if let Some(shard) = loaded.as_ref() {
-                return Ok(Arc::clone(shard));
+            match loaded.as_ref() {
+                Some((lease, shard)) if lease.valid() => return Ok(Arc::clone(shard)),
+                Some(_) => self.unload(&mut loaded),
+                None => {}
             }
             broker.ensure_offsets_topic(self.partitions)?;
-            let part = broker
-                .partition(CONSUMER_OFFSETS_TOPIC, partition)
-                .ok_or_else(|| ApiError::code(ResponseError::CoordinatorNotAvailable))?;
-            let shard = Arc::new(Mutex::new(self.load(part)?));
-            *loaded = Some(Arc::clone(&shard));
+            let Some(part) = broker.partition(CONSUMER_OFFSETS_TOPIC, partition) else {
+                return Err(ApiError::new(
+                    ResponseError::NotCoordinator,
+                    format!("This node does not lead {CONSUMER_OFFSETS_TOPIC}-{partition}."),
+                ));
+            };
+            let lease = Lease::new(part);
+            let shard = Arc::new(Mutex::new(self.load(lease.clone())?));
+            *loaded = Some((lease, Arc::clone(&shard)));
             Ok(shard)
         })
     }
 
-    /// Every loaded shard, in partition order; shards being loaded are
-    /// left out (they have no state yet).
+    /// Unloads a shard whose lease lapsed (Kafka's `onResignation`): its
+    /// parked JoinGroup and SyncGroup requests get NOT_COORDINATOR.
+    fn unload(&self, loaded: &mut Option<Loaded>) {
+        let Some((lease, shard)) = loaded.take() else {
+            return;
+        };
+        let mut shard = lock(&shard);
+        let effects = shard.groups.unload(now_ms());
+        self.release(effects.responses);
+        tracing::info!(partition = %lease.partition().topic_partition(), epoch = lease.epoch(),
+            "unloaded group coordinator partition: this node no longer leads it");
+    }
+
+    /// Every loaded shard whose lease holds, in partition order; shards
+    /// being loaded are left out (they have no state yet).
     fn loaded(&self) -> Vec<Arc<Mutex<Shard>>> {
         let slots: Vec<(i32, Slot)> = lock(&self.shards)
             .iter()
@@ -175,33 +219,62 @@ impl Groups {
             .into_iter()
             .filter_map(|(p, slot)| {
                 let loaded = slot.try_lock().ok()?;
-                loaded.as_ref().map(|s| (p, Arc::clone(s)))
+                loaded
+                    .as_ref()
+                    .filter(|(lease, _)| lease.valid())
+                    .map(|(_, s)| (p, Arc::clone(s)))
             })
             .collect();
         out.sort_by_key(|(p, _)| *p);
         out.into_iter().map(|(_, s)| s).collect()
     }
 
-    /// Loads every existing partition (at start, when the topic exists).
-    pub(crate) fn load_all(&self, broker: &Broker) -> Result<(), ApiError> {
+    /// Follows the leadership of `__consumer_offsets`: shards of partitions
+    /// this node no longer leads (or leads in a new epoch) are unloaded,
+    /// and partitions it leads are loaded (at start, and whenever the
+    /// metadata moves leaderships; Kafka's `onElection`/`onResignation`).
+    pub(crate) fn follow_leadership(&self, broker: &Broker) -> Result<(), ApiError> {
+        let slots: Vec<Slot> = lock(&self.shards).values().cloned().collect();
+        for slot in slots {
+            let mut loaded = lock(&slot);
+            if loaded.as_ref().is_some_and(|(lease, _)| !lease.valid()) {
+                self.unload(&mut loaded);
+            }
+        }
         let Some(topic) = broker.image().topic(CONSUMER_OFFSETS_TOPIC).cloned() else {
             return Ok(());
         };
         if topic.partitions.len() as i32 != self.partitions {
-            tracing::info!(
+            tracing::debug!(
                 partitions = topic.partitions.len(),
                 configured = self.partitions,
                 "__consumer_offsets exists with a partition count other than offsets.topic.num.partitions; using the topic's"
             );
         }
-        for &p in topic.partitions.keys() {
-            self.shard_at(broker, p)?;
+        for (&p, state) in &topic.partitions {
+            if state.leader == broker.node_id {
+                match self.shard_at(broker, p) {
+                    Ok(_) => {}
+                    // Moved away again since the image was read.
+                    Err(e) if e.code == ResponseError::NotCoordinator => {}
+                    Err(e) => return Err(e),
+                }
+            }
         }
         Ok(())
     }
 
+    /// The metadata moved leaderships: the timer task calls
+    /// [`Groups::follow_leadership`] (off the caller, which may hold the
+    /// metadata change lock).
+    pub(crate) fn leadership_moved(&self) {
+        self.leadership_moved.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
     /// Replays one partition into a fresh shard.
-    fn load(&self, partition: Arc<Partition>) -> Result<Shard, ApiError> {
+    fn load(&self, lease: Lease) -> Result<Shard, ApiError> {
+        let partition = Arc::clone(lease.partition());
         let log = Arc::clone(partition.log());
         let mut groups = GroupCoordinator::new(self.config.clone());
         let mut offsets = OffsetStore::new(self.offset_config);
@@ -272,10 +345,10 @@ impl Groups {
         let mut shard = Shard {
             groups,
             offsets,
-            partition,
+            lease,
         };
         let effects = shard.groups.complete_load(now_ms());
-        tracing::debug!(partition = %shard.partition.topic_partition(), records = count, "loaded group coordinator partition");
+        tracing::info!(partition = %partition.topic_partition(), epoch = shard.lease.epoch(), records = count, "loaded group coordinator partition");
         self.apply(&mut shard, effects)?;
         Ok(shard)
     }
@@ -300,16 +373,37 @@ impl Groups {
     ) -> Result<GroupResponse, ApiError> {
         let shard = self.shard(broker, group)?;
         let (token, rx) = self.park();
-        {
+        let point = {
             let mut shard = lock(&shard);
             let effects = call(&mut shard.groups, token);
             if let Err(e) = self.apply(&mut shard, effects) {
                 self.unpark(token);
                 return Err(e);
             }
-        }
-        rx.await
-            .map_err(|_| ApiError::code(ResponseError::UnknownServerError))
+            shard.commit_point()
+        };
+        let response = rx
+            .await
+            .map_err(|_| ApiError::code(ResponseError::UnknownServerError))?;
+        // The group's records (a new generation, its assignment) are
+        // replicated before the member hears of them.
+        self.wait_committed(point).await.map_err(ApiError::code)?;
+        Ok(response)
+    }
+
+    /// Waits until the ISR has everything the shard wrote up to `point`
+    /// (Kafka appends coordinator records with acks=all and answers once
+    /// they are committed), for at most `offsets.commit.timeout.ms`. Errors
+    /// are mapped as Kafka's coordinator runtime does: a lost leadership is
+    /// NOT_COORDINATOR, too few replicas or a timeout
+    /// COORDINATOR_NOT_AVAILABLE.
+    pub(crate) async fn wait_committed(&self, point: CommitPoint) -> Result<(), ResponseError> {
+        let (partition, offset) = point;
+        let deadline = tokio::time::Instant::now() + self.commit_timeout;
+        partition
+            .wait_replicated(offset, deadline)
+            .await
+            .map_err(coordinator_write_error)
     }
 
     /// Drops a parked token whose request was never handed to the machine.
@@ -326,10 +420,9 @@ impl Groups {
             records.iter().map(|r| r.to_record()).collect();
         let appended = records
             .map_err(internal)
-            .and_then(|records| append(&shard.partition, &records));
+            .and_then(|records| append(&shard.lease, &records));
         if let Err(e) = appended {
-            tracing::error!(error = ?e, "appending group records failed; reloading the partition");
-            let partition = Arc::clone(&shard.partition);
+            tracing::warn!(error = ?e, "appending group records failed; reloading the partition");
             let unloaded = shard.groups.unload(now_ms());
             // Requests parked in the old state get NOT_COORDINATOR instead
             // of waiting forever; so do those of these effects.
@@ -340,7 +433,9 @@ impl Groups {
                     .map(|(t, r)| (t, not_coordinator(r)))
                     .collect(),
             );
-            *shard = self.load(partition)?;
+            if shard.lease.valid() {
+                *shard = self.load(shard.lease.clone())?;
+            }
             return Err(e);
         }
         self.wake.notify_one();
@@ -369,7 +464,7 @@ impl Groups {
         shard: &mut Shard,
         records: &[OffsetsRecord],
     ) -> Result<(), ApiError> {
-        let Some(base) = append_batch(&shard.partition, records, None)? else {
+        let Some(base) = append_batch(&shard.lease, records, None)? else {
             return Ok(());
         };
         shard.offsets.apply_at(base, -1, records).map_err(internal)
@@ -385,11 +480,7 @@ impl Groups {
         producer_epoch: i16,
         records: &[OffsetsRecord],
     ) -> Result<(), ApiError> {
-        let Some(base) = append_batch(
-            &shard.partition,
-            records,
-            Some((producer_id, producer_epoch)),
-        )?
+        let Some(base) = append_batch(&shard.lease, records, Some((producer_id, producer_epoch)))?
         else {
             return Ok(());
         };
@@ -416,8 +507,12 @@ impl Groups {
         if shard.groups.is_loading() {
             return Err(ApiError::code(ResponseError::CoordinatorLoadInProgress));
         }
+        if !shard.lease.valid() {
+            return Err(ApiError::code(ResponseError::NotCoordinator));
+        }
         shard
-            .partition
+            .lease
+            .partition()
             .append_marker(producer_id, producer_epoch, marker)
             .map_err(|e| crate::handlers::errors::storage_error(&e))?;
         let n = shard.offsets.replay_end_txn(producer_id, marker.commit);
@@ -537,6 +632,16 @@ pub(crate) async fn run_timers(broker: Arc<Broker>, mut stop: tokio::sync::watch
         Duration::from_millis(broker.groups.retention_check_interval_ms.max(1) as u64);
     let mut next_expiry = tokio::time::Instant::now() + expiry_interval;
     loop {
+        if broker.groups.leadership_moved.swap(false, Ordering::AcqRel) {
+            let b = Arc::clone(&broker);
+            match tokio::task::spawn_blocking(move || b.groups.follow_leadership(&b)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::error!(error = ?e, "loading group coordinator partitions failed");
+                }
+                Err(e) => tracing::error!(error = %e, "group leadership task failed"),
+            }
+        }
         if tokio::time::Instant::now() >= next_expiry {
             let b = Arc::clone(&broker);
             if let Err(e) =
@@ -564,21 +669,25 @@ pub(crate) async fn run_timers(broker: Arc<Broker>, mut stop: tokio::sync::watch
 
 /// Appends `records` to a `__consumer_offsets` partition as one batch,
 /// through the partition layer (leader epoch, high watermark, wake-ups).
-fn append(partition: &Partition, records: &[OffsetsRecord]) -> Result<(), ApiError> {
-    append_batch(partition, records, None).map(|_| ())
+fn append(lease: &Lease, records: &[OffsetsRecord]) -> Result<(), ApiError> {
+    append_batch(lease, records, None).map(|_| ())
 }
 
 /// [`append`], with a producer: as its transactional batch (base sequence 0, as
 /// Kafka's coordinator runtime writes them). Returns the first record's
 /// offset (`None` when there was nothing to append).
 fn append_batch(
-    partition: &Partition,
+    lease: &Lease,
     records: &[OffsetsRecord],
     producer: Option<(i64, i16)>,
 ) -> Result<Option<i64>, ApiError> {
     if records.is_empty() {
         return Ok(None);
     }
+    if !lease.valid() {
+        return Err(ApiError::code(ResponseError::NotCoordinator));
+    }
+    let partition = lease.partition();
     let now = now_ms();
     let mut b = BatchBuilder::new(Compression::None, now);
     if let Some((producer_id, producer_epoch)) = producer {
@@ -599,6 +708,32 @@ fn append_batch(
         .append_for_coordinator(bytes)
         .map_err(|e| crate::handlers::errors::storage_error(&e))?;
     Ok(Some(info.base_offset))
+}
+
+/// Kafka's mapping of a failed coordinator write (the coordinator
+/// runtime's `normalizeException`, the transaction log's
+/// `appendTransactionToLog`): UNKNOWN_TOPIC_OR_PARTITION, too few replicas
+/// and timeouts are COORDINATOR_NOT_AVAILABLE; a lost leadership or a
+/// storage error NOT_COORDINATOR; anything else passes through.
+pub(crate) fn coordinator_write_error(code: ResponseError) -> ResponseError {
+    use ResponseError as E;
+    match code {
+        E::UnknownTopicOrPartition
+        | E::NotEnoughReplicas
+        | E::NotEnoughReplicasAfterAppend
+        | E::RequestTimedOut => E::CoordinatorNotAvailable,
+        E::NotLeaderOrFollower | E::KafkaStorageError => E::NotCoordinator,
+        other => other,
+    }
+}
+
+impl Shard {
+    /// Where this shard's writes so far must be replicated to.
+    pub(crate) fn commit_point(&self) -> CommitPoint {
+        let partition = Arc::clone(self.lease.partition());
+        let end = partition.log().log_end_offset();
+        (partition, end)
+    }
 }
 
 /// The same kind of response, answering NOT_COORDINATOR.
@@ -660,3 +795,6 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 
 #[cfg(test)]
 mod load_tests;
+
+#[cfg(test)]
+mod failover_tests;

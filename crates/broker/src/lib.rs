@@ -39,6 +39,7 @@ mod failpoint;
 mod fetch_session;
 mod groups;
 mod handlers;
+mod inter_broker;
 pub mod internal_topics;
 mod limits;
 mod metadata_follower;

@@ -24,7 +24,7 @@
 //! the controller's log, replicated by Raft rather than by ISR (design 011).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use proto_kafka::ResponseError;
@@ -69,6 +69,42 @@ pub(crate) struct Partition {
     waiters: Mutex<Vec<Weak<Notify>>>,
     /// Woken when the high watermark moves (acks=all waiters).
     hw_moved: Notify,
+    /// Whether this node still leads the partition: cleared when the
+    /// metadata moves the leadership away (a coordinator holding a
+    /// [`Lease`] on it must stop writing).
+    led: AtomicBool,
+}
+
+/// A coordinator's hold on a partition it loaded its state from: valid
+/// while this node leads the partition in the leader epoch it loaded in.
+/// A coordinator whose lease lapsed unloads (Kafka's `onResignation`) and
+/// answers NOT_COORDINATOR; a new lease means loading again.
+#[derive(Debug, Clone)]
+pub(crate) struct Lease {
+    partition: Arc<Partition>,
+    epoch: i32,
+}
+
+impl Lease {
+    pub(crate) fn new(partition: Arc<Partition>) -> Self {
+        let epoch = partition.leader_epoch();
+        Self { partition, epoch }
+    }
+
+    pub(crate) fn partition(&self) -> &Arc<Partition> {
+        &self.partition
+    }
+
+    /// The leader epoch the state was loaded in (the transaction
+    /// coordinator's epoch).
+    pub(crate) fn epoch(&self) -> i32 {
+        self.epoch
+    }
+
+    /// Whether this node still leads the partition in the same epoch.
+    pub(crate) fn valid(&self) -> bool {
+        self.partition.led.load(Ordering::Acquire) && self.partition.leader_epoch() == self.epoch
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -100,6 +136,7 @@ impl Partition {
             node_id,
             waiters: Mutex::new(Vec::new()),
             hw_moved: Notify::new(),
+            led: AtomicBool::new(true),
         };
         p.maybe_advance_high_watermark();
         p
@@ -314,7 +351,9 @@ impl Partition {
     /// replica has the records before it (acks=all; at once on one node).
     /// Kafka's `checkEnoughReplicasReachOffset`: reached with fewer than
     /// `min.insync.replicas` in the ISR is NOT_ENOUGH_REPLICAS_AFTER_APPEND;
-    /// not reached by `deadline`, REQUEST_TIMED_OUT.
+    /// not reached by `deadline`, REQUEST_TIMED_OUT; the leadership moved
+    /// away first, NOT_LEADER_OR_FOLLOWER (the new leader may not have the
+    /// records: the client must retry there).
     pub(crate) async fn wait_replicated(
         &self,
         offset: i64,
@@ -324,6 +363,9 @@ impl Partition {
             let moved = self.hw_moved.notified();
             tokio::pin!(moved);
             moved.as_mut().enable();
+            if !self.is_led() {
+                return Err(ResponseError::NotLeaderOrFollower);
+            }
             if self.log.high_watermark() >= offset {
                 let min_isr = self.log.config().min_insync_replicas.max(1) as usize;
                 return if self.isr_len() >= min_isr {
@@ -339,6 +381,19 @@ impl Partition {
                 }
             }
         }
+    }
+
+    /// Whether this node still leads the partition.
+    pub(crate) fn is_led(&self) -> bool {
+        self.led.load(Ordering::Acquire)
+    }
+
+    /// The leadership moved away: acks=all waiters wake (and find
+    /// [`Partition::wait_replicated`] cannot succeed here any more).
+    fn resign(&self) {
+        self.led.store(false, Ordering::Release);
+        self.hw_moved.notify_waiters();
+        self.wake_fetches();
     }
 
     /// Parks a fetch on this partition: `waker` is notified when data
@@ -404,13 +459,13 @@ impl Partitions {
         let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
         let mut next: HashMap<String, HashMap<i32, Arc<Partition>>> = HashMap::new();
         for t in image.topics() {
-            let old = map.remove(&t.name);
+            let mut old = map.remove(&t.name);
             let mut parts = HashMap::new();
             for (&p, state) in &t.partitions {
                 if state.leader != node_id {
                     continue;
                 }
-                let existing = old.as_ref().and_then(|o| o.get(&p)).cloned();
+                let existing = old.as_mut().and_then(|o| o.remove(&p));
                 let partition = match existing {
                     Some(existing) => {
                         existing.update(state);
@@ -427,9 +482,17 @@ impl Partitions {
                 };
                 parts.insert(p, partition);
             }
+            for p in old.into_iter().flat_map(|o| o.into_values()) {
+                p.resign();
+            }
             if !parts.is_empty() {
                 next.insert(t.name.clone(), parts);
             }
+        }
+        // Partitions no longer led (or whose topic is gone) are resigned:
+        // waiters wake to find their wait cannot end.
+        for p in map.values().flat_map(|ps| ps.values()) {
+            p.resign();
         }
         *map = next;
     }

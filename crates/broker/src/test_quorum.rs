@@ -1,12 +1,22 @@
 //! Test support for in-process clusters: free loopback ports, waiting for a
 //! condition, and the configurations of three combined nodes
 //! (`process.roles=broker,controller`) of one metadata quorum, each with
-//! its own data folder. Used by the metadata-follower and replication
-//! tests.
+//! its own data folder, started as running servers. Used by the
+//! metadata-follower, replication and coordinator failover tests.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
+
+use crate::broker::Broker;
 use crate::config::BrokerConfig;
+use crate::server::Server;
+
+/// [`eventually_within`] 40 s: generous for a loaded 2-core machine.
+pub(crate) async fn eventually(what: &str, f: impl FnMut() -> bool) {
+    eventually_within(40_000, what, f).await
+}
 
 /// A free port on 127.0.0.1.
 pub(crate) fn free_port() -> u16 {
@@ -76,4 +86,84 @@ pub(crate) async fn one_cluster_at_a_time() -> tokio::sync::MutexGuard<'static, 
     static LOCK: std::sync::LazyLock<tokio::sync::Mutex<()>> =
         std::sync::LazyLock::new(|| tokio::sync::Mutex::new(()));
     LOCK.lock().await
+}
+
+/// A running node: its broker, config, and how to stop it.
+pub(crate) struct Node {
+    pub(crate) broker: Arc<Broker>,
+    config: BrokerConfig,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts a server on `config`.
+pub(crate) async fn start(config: BrokerConfig) -> Node {
+    let server = Server::bind(config.clone()).await.expect("bind");
+    let broker = Arc::clone(server.broker());
+    let (stop, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        server
+            .run(async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("run");
+    });
+    Node {
+        broker,
+        config,
+        stop,
+        task,
+    }
+}
+
+impl Node {
+    /// Stops the server; its config restarts it on the same folder.
+    pub(crate) async fn stop(self) -> BrokerConfig {
+        let _ = self.stop.send(());
+        drop(self.broker);
+        self.task.await.expect("server task");
+        self.config
+    }
+}
+
+/// Three running combined nodes of one quorum (node ids 1 to 3), every
+/// one registered; `lag_ms` is their `replica.lag.time.max.ms`.
+pub(crate) async fn cluster(lag_ms: u64) -> (Vec<Option<Node>>, Vec<tempfile::TempDir>) {
+    cluster_with(lag_ms, &[]).await
+}
+
+/// [`cluster`] with more keys for every node.
+pub(crate) async fn cluster_with(
+    lag_ms: u64,
+    more: &[(&'static str, &'static str)],
+) -> (Vec<Option<Node>>, Vec<tempfile::TempDir>) {
+    let (configs, dirs) = three_node_configs(|_| {
+        vec![
+            ("broker.session.timeout.ms", "2000".into()),
+            ("replica.lag.time.max.ms", lag_ms.to_string()),
+            ("replica.fetch.wait.max.ms", "200".into()),
+            ("replica.fetch.backoff.ms", "50".into()),
+        ]
+        .into_iter()
+        .chain(more.iter().map(|(k, v)| (*k, v.to_string())))
+        .collect()
+    });
+    let mut nodes: Vec<Option<Node>> = Vec::new();
+    for c in configs {
+        nodes.push(Some(start(c).await));
+    }
+    for n in nodes.iter().flatten() {
+        let broker = Arc::clone(&n.broker);
+        eventually("three registered brokers", || {
+            broker.cluster_brokers().len() == 3
+        })
+        .await;
+    }
+    (nodes, dirs)
+}
+
+/// The running broker of node `id`.
+pub(crate) fn node(nodes: &[Option<Node>], id: i32) -> Arc<Broker> {
+    Arc::clone(&nodes[(id - 1) as usize].as_ref().expect("running").broker)
 }

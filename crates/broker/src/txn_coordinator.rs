@@ -5,10 +5,18 @@
 //! - One shard per `__transaction_state` partition this node leads (on one
 //!   node, all of them), each in its own slot: loading one partition holds
 //!   only that slot, so requests for ids of other partitions go on. A shard
-//!   is loaded (replayed from the log start) at start for an existing
-//!   topic, else on first use; the topic is created by the broker on first
-//!   need (FindCoordinator with key type TRANSACTION, transactional
-//!   InitProducerId) with Kafka's configs.
+//!   is loaded (replayed from the log start) when this node becomes the
+//!   partition's leader ([`TxnCoordinator::follow_leadership`], at start
+//!   and on every leadership change), else on first use; it holds a
+//!   [`Lease`] on the partition and is unloaded when the leadership moves
+//!   away (its waiting requests get NOT_COORDINATOR; the new leader loads
+//!   the partition and finishes prepared transactions). The topic is
+//!   created by the broker on first need (FindCoordinator with key type
+//!   TRANSACTION, transactional InitProducerId) with Kafka's configs.
+//! - A record is confirmed to the machine only once the partition's high
+//!   watermark covers it (Kafka appends transaction records with acks=all):
+//!   at once when the ISR is this node alone, else when the background
+//!   task sees the followers catch up.
 //! - Handlers call [`call`] with an operation on the id's shard. The
 //!   operation runs on the blocking pool (producer-id blocks are fsynced
 //!   to the metadata log, appends may roll or fsync); its effects are
@@ -30,9 +38,9 @@ use std::time::Duration;
 
 use proto_kafka::ResponseError;
 use sluice_coordinator::txn::{
-    partition_for, Effects, ListTransactionsFilter, ListedTxns, MarkerCompletion, MarkerOutcome,
-    PendingRecord, RequestToken, TopicPartition, TransactionCoordinator, TransactionState,
-    TxnConfig, TxnResponse, TxnResult, WriteMarkers,
+    partition_for, AppendId, Effects, ListTransactionsFilter, ListedTxns, MarkerCompletion,
+    MarkerOutcome, PendingRecord, RequestToken, TopicPartition, TransactionCoordinator,
+    TransactionState, TxnConfig, TxnResponse, TxnResult, WriteMarkers,
 };
 use sluice_coordinator::KafkaError;
 use sluice_protocol::record::codec::decode_batch;
@@ -43,20 +51,34 @@ use tokio::sync::{mpsc, oneshot, watch, Notify};
 use crate::broker::Broker;
 use crate::groups::{lock, now_ms};
 use crate::internal_topics::TRANSACTION_STATE_TOPIC;
-use crate::partition::Partition;
+use crate::partition::{Lease, Partition};
 use crate::txn_markers::MarkerWrite;
 
 /// One `__transaction_state` partition's coordinator.
 #[derive(Debug)]
 pub(crate) struct Shard {
     pub(crate) machine: TransactionCoordinator,
-    /// The `__transaction_state` partition, through the partition layer.
-    partition: Arc<Partition>,
+    /// The `__transaction_state` partition, through the partition layer,
+    /// while this node leads it in the epoch the shard was loaded in.
+    lease: Lease,
 }
+
+/// A loaded shard and the lease it was loaded under.
+type Loaded = (Lease, Arc<Mutex<Shard>>);
 
 /// A shard's place: empty until the partition is loaded (see
 /// `groups::Slot`).
-type Slot = Arc<Mutex<Option<Arc<Mutex<Shard>>>>>;
+type Slot = Arc<Mutex<Option<Loaded>>>;
+
+/// Records appended but not yet covered by the high watermark: confirmed
+/// to the machine (or failed) when the followers catch up.
+#[derive(Debug)]
+struct Unreplicated {
+    partition: i32,
+    lease: Lease,
+    end: i64,
+    ids: Vec<AppendId>,
+}
 
 /// Markers to send: the shard's partition and the machine's effect.
 type QueuedMarkers = (i32, WriteMarkers);
@@ -80,6 +102,12 @@ pub(crate) struct TxnCoordinator {
     /// Taken by the background task when it starts; markers emitted
     /// before (loads at start) wait in the channel.
     marker_queue: Mutex<Option<mpsc::UnboundedReceiver<QueuedMarkers>>>,
+    /// Appends waiting for their replication, for the background task.
+    unreplicated: mpsc::UnboundedSender<Unreplicated>,
+    unreplicated_queue: Mutex<Option<mpsc::UnboundedReceiver<Unreplicated>>>,
+    /// Set when the metadata moved leaderships: the background task
+    /// follows.
+    leadership_moved: std::sync::atomic::AtomicBool,
 }
 
 impl TxnCoordinator {
@@ -97,6 +125,7 @@ impl TxnCoordinator {
             ..TxnConfig::default()
         };
         let (tx, rx) = mpsc::unbounded_channel();
+        let (acks_tx, acks_rx) = mpsc::unbounded_channel();
         Self {
             config,
             shards: Mutex::new(HashMap::new()),
@@ -106,6 +135,9 @@ impl TxnCoordinator {
             wake: Notify::new(),
             markers: tx,
             marker_queue: Mutex::new(Some(rx)),
+            unreplicated: acks_tx,
+            unreplicated_queue: Mutex::new(Some(acks_rx)),
+            leadership_moved: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -146,9 +178,11 @@ impl TxnCoordinator {
         create: bool,
     ) -> Result<Arc<Mutex<Shard>>, KafkaError> {
         let slot = self.slot(partition);
-        if let Ok(loaded) = slot.try_lock() {
-            if let Some(shard) = loaded.as_ref() {
-                return Ok(Arc::clone(shard));
+        if let Ok(mut loaded) = slot.try_lock() {
+            match loaded.as_ref() {
+                Some((lease, shard)) if lease.valid() => return Ok(Arc::clone(shard)),
+                Some(_) => self.unload(&mut loaded),
+                None => {}
             }
         }
         // Creating the topic and replaying the partition wait on the disk
@@ -156,8 +190,10 @@ impl TxnCoordinator {
         // another).
         crate::blocking::in_place(|| {
             let mut loaded = lock(&slot);
-            if let Some(shard) = loaded.as_ref() {
-                return Ok(Arc::clone(shard));
+            match loaded.as_ref() {
+                Some((lease, shard)) if lease.valid() => return Ok(Arc::clone(shard)),
+                Some(_) => self.unload(&mut loaded),
+                None => {}
             }
             if broker.image().topic(TRANSACTION_STATE_TOPIC).is_none() {
                 if !create {
@@ -172,31 +208,68 @@ impl TxnCoordinator {
             let part = broker
                 .partition(TRANSACTION_STATE_TOPIC, partition)
                 .ok_or(KafkaError::NotCoordinator)?;
+            let lease = Lease::new(part);
             lock(&self.loading).insert(partition);
-            let loaded_shard = self.load(broker, part);
+            let loaded_shard = self.load(broker, lease.clone());
             lock(&self.loading).remove(&partition);
             let shard = Arc::new(Mutex::new(loaded_shard?));
-            *loaded = Some(Arc::clone(&shard));
+            *loaded = Some((lease, Arc::clone(&shard)));
             Ok(shard)
         })
     }
 
-    /// Loads every partition of an existing `__transaction_state` (at
-    /// start), so prepared transactions get their markers and open ones
-    /// their timeout without waiting for a request.
-    pub(crate) fn load_all(&self, broker: &Broker) -> Result<(), KafkaError> {
+    /// Unloads a shard whose lease lapsed (Kafka's
+    /// `onResignation`): requests waiting on its records get
+    /// NOT_COORDINATOR; its markers in flight are reported to nobody.
+    fn unload(&self, loaded: &mut Option<Loaded>) {
+        let Some((lease, shard)) = loaded.take() else {
+            return;
+        };
+        let mut shard = lock(&shard);
+        let effects = shard.machine.unload();
+        self.release(effects.responses);
+        tracing::info!(partition = %lease.partition().topic_partition(), epoch = lease.epoch(),
+            "unloaded transaction coordinator partition: this node no longer leads it");
+    }
+
+    /// The metadata moved leaderships: the background task calls
+    /// [`TxnCoordinator::follow_leadership`].
+    pub(crate) fn leadership_moved(&self) {
+        self.leadership_moved
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Follows the leadership of `__transaction_state`: shards of
+    /// partitions this node no longer leads (or leads in a new epoch) are
+    /// unloaded; partitions it leads are loaded, so prepared transactions
+    /// get their markers and open ones their timeout without waiting for a
+    /// request (at start, and whenever leaderships move).
+    pub(crate) fn follow_leadership(&self, broker: &Broker) -> Result<(), KafkaError> {
+        let slots: Vec<Slot> = lock(&self.shards).values().cloned().collect();
+        for slot in slots {
+            let mut loaded = lock(&slot);
+            if loaded.as_ref().is_some_and(|(lease, _)| !lease.valid()) {
+                self.unload(&mut loaded);
+            }
+        }
         let Some(topic) = broker.image().topic(TRANSACTION_STATE_TOPIC).cloned() else {
             return Ok(());
         };
         if topic.partitions.len() as i32 != self.config.num_partitions {
-            tracing::info!(
+            tracing::debug!(
                 partitions = topic.partitions.len(),
                 configured = self.config.num_partitions,
                 "__transaction_state exists with a partition count other than transaction.state.log.num.partitions; using the topic's"
             );
         }
-        for &p in topic.partitions.keys() {
-            self.shard_at(broker, p, false)?;
+        for (&p, state) in &topic.partitions {
+            if state.leader == broker.node_id {
+                match self.shard_at(broker, p, false) {
+                    Ok(_) | Err(KafkaError::NotCoordinator) => {}
+                    Err(e) => return Err(e),
+                }
+            }
         }
         Ok(())
     }
@@ -204,15 +277,15 @@ impl TxnCoordinator {
     /// Replays one partition into a fresh shard (design 012's load steps:
     /// begin at the partition's leader epoch, replay from the log start,
     /// complete; the markers of prepared transactions go to the queue).
-    fn load(&self, broker: &Broker, partition: Arc<Partition>) -> Result<Shard, KafkaError> {
-        let log = Arc::clone(partition.log());
+    fn load(&self, broker: &Broker, lease: Lease) -> Result<Shard, KafkaError> {
+        let log = Arc::clone(lease.partition().log());
         let tp = log.topic_partition().clone();
         let cfg = TxnConfig {
             num_partitions: self.partition_count(broker),
             ..self.config.clone()
         };
         let mut machine = TransactionCoordinator::new(cfg, tp.partition);
-        let mut effects = machine.begin_load(partition.leader_epoch());
+        let mut effects = machine.begin_load(lease.epoch());
         let from = log.log_start_offset();
         let mut count = 0usize;
         let replayed = log.replay(from, |event| {
@@ -247,8 +320,8 @@ impl TxnCoordinator {
             return Err(KafkaError::CoordinatorNotAvailable);
         }
         effects.extend(machine.complete_load(now_ms()));
-        tracing::debug!(partition = %tp, records = count, epoch = machine.coordinator_epoch(), "loaded transaction coordinator partition");
-        let mut shard = Shard { machine, partition };
+        tracing::info!(partition = %tp, records = count, epoch = machine.coordinator_epoch(), "loaded transaction coordinator partition");
+        let mut shard = Shard { machine, lease };
         self.apply(&mut shard, effects);
         Ok(shard)
     }
@@ -270,7 +343,12 @@ impl TxnCoordinator {
             }
             // Held for a moment by a lookup, or by a load that started
             // since: wait for it.
-            out.extend(lock(&slot).as_ref().map(Arc::clone));
+            out.extend(
+                lock(&slot)
+                    .as_ref()
+                    .filter(|(lease, _)| lease.valid())
+                    .map(|(_, s)| Arc::clone(s)),
+            );
         }
         (out, loading)
     }
@@ -337,15 +415,65 @@ impl TxnCoordinator {
         if ids.is_empty() {
             return out;
         }
-        let appended = append_batch(&shard.partition, batch);
+        let appended = append_batch(&shard.lease, batch);
         let now = now_ms();
-        for id in ids {
-            out.push(match appended {
-                Ok(()) => shard.machine.append_completed(now, id),
-                Err(e) => shard.machine.append_failed(now, id, e),
-            });
+        match appended {
+            Ok(end) if !replicated(shard.lease.partition(), end) => {
+                // Confirmed when the followers catch up (the background
+                // task); until then the ids stay pending.
+                let waiting = Unreplicated {
+                    partition: shard.machine.partition(),
+                    lease: shard.lease.clone(),
+                    end,
+                    ids,
+                };
+                if let Err(e) = self.unreplicated.send(waiting) {
+                    let now = now_ms();
+                    for id in e.0.ids {
+                        out.push(shard.machine.append_failed(
+                            now,
+                            id,
+                            KafkaError::CoordinatorNotAvailable,
+                        ));
+                    }
+                }
+            }
+            Ok(_) => out.extend(
+                ids.into_iter()
+                    .map(|id| shard.machine.append_completed(now, id)),
+            ),
+            Err(e) => out.extend(
+                ids.into_iter()
+                    .map(|id| shard.machine.append_failed(now, id, e)),
+            ),
         }
         out
+    }
+
+    /// The outcome of waiting for an append's replication, fed to its
+    /// shard if that is still the one that appended.
+    fn replication_done(&self, w: Unreplicated, outcome: Result<(), ResponseError>) {
+        let shard = {
+            let slot = self.slot(w.partition);
+            let loaded = lock(&slot);
+            loaded.as_ref().map(|(_, s)| Arc::clone(s))
+        };
+        let Some(shard) = shard else { return };
+        let mut shard = lock(&shard);
+        if !Arc::ptr_eq(shard.lease.partition(), w.lease.partition())
+            || shard.lease.epoch() != w.lease.epoch()
+        {
+            // Unloaded since: its requests were answered NOT_COORDINATOR.
+            return;
+        }
+        let now = now_ms();
+        for id in w.ids {
+            let effects = match outcome {
+                Ok(()) => shard.machine.append_completed(now, id),
+                Err(code) => shard.machine.append_failed(now, id, append_error(code)),
+            };
+            self.apply(&mut shard, effects);
+        }
     }
 
     /// Sends responses to their parked requests.
@@ -396,7 +524,10 @@ impl TxnCoordinator {
         let shard = {
             let slot = self.slot(partition);
             let loaded = lock(&slot);
-            loaded.as_ref().map(Arc::clone)
+            loaded
+                .as_ref()
+                .filter(|(lease, _)| lease.valid())
+                .map(|(_, s)| Arc::clone(s))
         };
         let Some(shard) = shard else {
             tracing::debug!(
@@ -484,9 +615,23 @@ pub(crate) async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
         tracing::error!("the transaction coordinator task runs twice");
         return;
     };
+    let Some(mut unreplicated) = lock(&broker.txns.unreplicated_queue).take() else {
+        tracing::error!("the transaction coordinator task runs twice");
+        return;
+    };
     let mut writes = tokio::task::JoinSet::new();
     let mut next_tick = tokio::time::Instant::now();
     loop {
+        if broker
+            .txns
+            .leadership_moved
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            let b = Arc::clone(&broker);
+            if let Err(e) = crate::blocking::on_pool(move || b.txns.follow_leadership(&b)).await {
+                tracing::error!(error = %e, "loading transaction coordinator partitions failed");
+            }
+        }
         if tokio::time::Instant::now() >= next_tick {
             let b = Arc::clone(&broker);
             let sleep = crate::blocking::on_pool(move || b.txns.tick_all()).await;
@@ -495,6 +640,9 @@ pub(crate) async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             Some((partition, markers)) = queue.recv() => {
                 writes.spawn(send_markers(Arc::clone(&broker), partition, markers));
+            }
+            Some(waiting) = unreplicated.recv() => {
+                writes.spawn(await_replication(Arc::clone(&broker), waiting));
             }
             Some(done) = writes.join_next(), if !writes.is_empty() => {
                 if let Err(e) = done {
@@ -509,29 +657,54 @@ pub(crate) async fn run(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     while writes.join_next().await.is_some() {}
 }
 
+/// Waits until the followers have an append (at most the request
+/// timeout Kafka's transaction log appends use) and confirms it to the
+/// machine, or fails it as Kafka maps the error.
+async fn await_replication(broker: Arc<Broker>, waiting: Unreplicated) {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(REPLICATION_TIMEOUT_MS);
+    let outcome = waiting
+        .lease
+        .partition()
+        .wait_replicated(waiting.end, deadline)
+        .await;
+    let b = Arc::clone(&broker);
+    crate::blocking::on_pool(move || b.txns.replication_done(waiting, outcome)).await;
+}
+
+/// How long a `__transaction_state` append waits for the ISR
+/// (`transaction.state.log` appends in Kafka use the request timeout of
+/// the inter-broker path, 30 s).
+const REPLICATION_TIMEOUT_MS: u64 = 30_000;
+
 /// Writes one marker effect and reports the outcome per partition.
-/// Partitions whose topic or leader is gone need no marker (Kafka's
-/// marker channel drops them: "likely deleted already").
+/// Partitions whose topic is gone need no marker (Kafka's marker channel
+/// drops them: "likely deleted already"); offline ones are retried.
 async fn send_markers(broker: Arc<Broker>, partition: i32, m: WriteMarkers) {
     crate::failpoint::pause("txn.before.markers").await;
     let image = broker.image();
     let mut outcomes = Vec::with_capacity(m.partitions.len());
     let mut to_write = Vec::new();
     for tp in &m.partitions {
-        let led = image
+        let leader = image
             .topic(&tp.topic)
             .and_then(|t| t.partitions.get(&tp.partition))
-            .is_some_and(|p| p.leader >= 0);
-        if led {
-            to_write.push((tp.topic.clone(), tp.partition));
-        } else {
-            tracing::info!(id = %m.transactional_id, partition = %tp, "no leader for a partition of the transaction; its marker is skipped");
-            outcomes.push((tp.clone(), MarkerOutcome::Skip));
+            .map(|p| p.leader);
+        match leader {
+            Some(l) if l >= 0 => to_write.push((tp.topic.clone(), tp.partition)),
+            Some(_) => {
+                // Offline (its ISR is down): the marker waits for a leader.
+                tracing::info!(id = %m.transactional_id, partition = %tp, "no leader for a partition of the transaction; its marker will be retried");
+                outcomes.push((tp.clone(), MarkerOutcome::Retry));
+            }
+            None => {
+                tracing::info!(id = %m.transactional_id, partition = %tp, "a partition of the transaction is gone; its marker is skipped");
+                outcomes.push((tp.clone(), MarkerOutcome::Skip));
+            }
         }
     }
     if !to_write.is_empty() {
         let written = broker
-            .write_txn_markers(MarkerWrite {
+            .send_txn_markers(MarkerWrite {
                 producer_id: m.producer_id,
                 producer_epoch: m.producer_epoch,
                 coordinator_epoch: m.coordinator_epoch,
@@ -590,7 +763,11 @@ fn marker_outcome(
 /// `min.insync.replicas`; on one node the high watermark covers the batch
 /// once it is appended). Errors are mapped as Kafka's
 /// `appendTransactionToLog` does.
-fn append_batch(partition: &Partition, batch: BatchBuilder) -> Result<(), KafkaError> {
+fn append_batch(lease: &Lease, batch: BatchBuilder) -> Result<i64, KafkaError> {
+    if !lease.valid() {
+        return Err(KafkaError::NotCoordinator);
+    }
+    let partition = lease.partition();
     let min_isr = partition.log().config().min_insync_replicas.max(1) as usize;
     if partition.isr_len() < min_isr {
         tracing::warn!(partition = %partition.topic_partition(), isr = partition.isr_len(), min_isr,
@@ -601,7 +778,7 @@ fn append_batch(partition: &Partition, batch: BatchBuilder) -> Result<(), KafkaE
         tracing::error!(error = %e, "building a __transaction_state batch failed");
         KafkaError::UnknownServerError
     })?;
-    partition.append_for_coordinator(bytes).map(|_| ()).map_err(|e| {
+    partition.append_for_coordinator(bytes).map(|info| info.last_offset + 1).map_err(|e| {
         let code = crate::handlers::errors::storage_error(&e).code;
         tracing::warn!(partition = %partition.topic_partition(), error = %e, "__transaction_state append failed");
         append_error(code)
@@ -613,15 +790,18 @@ fn append_batch(partition: &Partition, batch: BatchBuilder) -> Result<(), KafkaE
 /// an append of well-formed records can still meet (CORRUPT_MESSAGE,
 /// INVALID_RECORD) are a broker bug here, UNKNOWN_SERVER_ERROR.
 fn append_error(code: ResponseError) -> KafkaError {
-    use ResponseError as E;
-    match code {
-        E::UnknownTopicOrPartition
-        | E::NotEnoughReplicas
-        | E::NotEnoughReplicasAfterAppend
-        | E::RequestTimedOut => KafkaError::CoordinatorNotAvailable,
-        E::NotLeaderOrFollower | E::KafkaStorageError => KafkaError::NotCoordinator,
+    match crate::groups::coordinator_write_error(code) {
+        ResponseError::CoordinatorNotAvailable => KafkaError::CoordinatorNotAvailable,
+        ResponseError::NotCoordinator => KafkaError::NotCoordinator,
         _ => KafkaError::UnknownServerError,
     }
+}
+
+/// Whether the ISR has the partition's records before `end` and holds
+/// `min.insync.replicas` (Kafka's `checkEnoughReplicasReachOffset`).
+fn replicated(partition: &Partition, end: i64) -> bool {
+    let min_isr = partition.log().config().min_insync_replicas.max(1) as usize;
+    partition.log().high_watermark() >= end && partition.isr_len() >= min_isr
 }
 
 #[cfg(test)]

@@ -18,9 +18,23 @@
 //!   INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED), then, as
 //!   Kafka appends markers with acks=-1, the call waits until the high
 //!   watermark covers it.
+//!
+//! The transaction coordinator sends its markers with
+//! [`Broker::send_txn_markers`]: partitions this node leads are written
+//! here, the others go to their leader in a WriteTxnMarkers request (Kafka's
+//! `TransactionMarkerChannelManager`); a leader that cannot be reached is
+//! NOT_LEADER_OR_FOLLOWER for its partitions, which the coordinator retries
+//! after refreshing its view of the leaders.
 
 use std::sync::Arc;
 
+use std::collections::BTreeMap;
+
+use proto_kafka::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
+use proto_kafka::messages::{
+    ApiKey, ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+};
+use proto_kafka::protocol::StrBytes;
 use proto_kafka::ResponseError;
 use sluice_protocol::record::control::EndTxnMarker;
 
@@ -40,7 +54,131 @@ pub(crate) struct MarkerWrite {
     pub partitions: Vec<(String, i32)>,
 }
 
+/// The WriteTxnMarkers version sent to other brokers.
+const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+
+/// One partition's marker outcome: `None` when written.
+type MarkerResult = ((String, i32), Option<ResponseError>);
+
 impl Broker {
+    /// Writes a transaction's markers wherever their partitions are led:
+    /// here through [`Broker::write_txn_markers`], on other brokers with
+    /// one WriteTxnMarkers request per leader (sent together). Partitions
+    /// whose leader is unknown or unreachable are NOT_LEADER_OR_FOLLOWER.
+    pub(crate) async fn send_txn_markers(
+        self: &Arc<Self>,
+        write: MarkerWrite,
+    ) -> Vec<MarkerResult> {
+        let image = self.image();
+        let mut by_leader: BTreeMap<i32, Vec<(String, i32)>> = BTreeMap::new();
+        for (topic, partition) in &write.partitions {
+            let leader = image
+                .topic(topic)
+                .and_then(|t| t.partitions.get(partition))
+                .map_or(-1, |p| p.leader);
+            by_leader
+                .entry(leader)
+                .or_default()
+                .push((topic.clone(), *partition));
+        }
+        let mut out = Vec::with_capacity(write.partitions.len());
+        let mut remote = tokio::task::JoinSet::new();
+        for (leader, partitions) in by_leader {
+            let part = MarkerWrite {
+                partitions,
+                ..write.clone()
+            };
+            if leader == self.node_id || leader < 0 {
+                // Not led anywhere: the local write answers as Kafka does.
+                out.extend(self.write_txn_markers(part).await);
+            } else {
+                let me = Arc::clone(self);
+                let image = Arc::clone(&image);
+                remote.spawn(async move { me.remote_txn_markers(&image, leader, part).await });
+            }
+        }
+        while let Some(done) = remote.join_next().await {
+            match done {
+                Ok(results) => out.extend(results),
+                Err(e) => tracing::error!(error = %e, "a transaction marker request failed"),
+            }
+        }
+        out
+    }
+
+    /// Sends one WriteTxnMarkers request to broker `leader` and reads each
+    /// partition's outcome from its response.
+    async fn remote_txn_markers(
+        &self,
+        image: &sluice_controller::MetadataImage,
+        leader: i32,
+        write: MarkerWrite,
+    ) -> Vec<MarkerResult> {
+        let mut req = WriteTxnMarkersRequest::default();
+        let mut marker = WritableTxnMarker::default();
+        marker.producer_id = ProducerId(write.producer_id);
+        marker.producer_epoch = write.producer_epoch;
+        marker.transaction_result = write.commit;
+        marker.coordinator_epoch = write.coordinator_epoch;
+        let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for (t, p) in &write.partitions {
+            topics.entry(t.as_str()).or_default().push(*p);
+        }
+        marker.topics = topics
+            .into_iter()
+            .map(|(t, ps)| {
+                let mut topic = WritableTxnMarkerTopic::default();
+                topic.name = TopicName(StrBytes::from_string(t.to_string()));
+                topic.partition_indexes = ps;
+                topic
+            })
+            .collect();
+        req.markers = vec![marker];
+        let sent = async {
+            let mut conn =
+                crate::inter_broker::Conn::connect(self, image, leader, "txn-markers").await?;
+            conn.call::<_, WriteTxnMarkersResponse>(
+                ApiKey::WriteTxnMarkers,
+                WRITE_TXN_MARKERS_VERSION,
+                &req,
+            )
+            .await
+        }
+        .await;
+        let resp = match sent {
+            Ok(resp) => resp,
+            Err(e) => {
+                tracing::info!(leader, error = %e, "cannot send transaction markers; they will be retried");
+                return write
+                    .partitions
+                    .into_iter()
+                    .map(|tp| (tp, Some(ResponseError::NotLeaderOrFollower)))
+                    .collect();
+            }
+        };
+        write
+            .partitions
+            .into_iter()
+            .map(|(topic, partition)| {
+                let code = resp
+                    .markers
+                    .iter()
+                    .filter(|m| m.producer_id.0 == write.producer_id)
+                    .flat_map(|m| m.topics.iter())
+                    .filter(|t| t.name.0.as_str() == topic)
+                    .flat_map(|t| t.partitions.iter())
+                    .find(|p| p.partition_index == partition)
+                    .map_or(Some(ResponseError::UnknownServerError), |p| {
+                        (p.error_code != 0).then(|| {
+                            ResponseError::try_from_code(p.error_code)
+                                .unwrap_or(ResponseError::UnknownServerError)
+                        })
+                    });
+                ((topic, partition), code)
+            })
+            .collect()
+    }
+
     /// Appends the marker to each partition this node leads through the
     /// partition layer (control batch; producer state completes the
     /// transaction; the LSO moves; for `__consumer_offsets` partitions the
@@ -52,7 +190,7 @@ impl Broker {
     pub(crate) async fn write_txn_markers(
         self: &Arc<Self>,
         write: MarkerWrite,
-    ) -> Vec<((String, i32), Option<ResponseError>)> {
+    ) -> Vec<MarkerResult> {
         let marker = EndTxnMarker {
             commit: write.commit,
             coordinator_epoch: write.coordinator_epoch,

@@ -13,9 +13,9 @@
 //! not here: they get the unknown-key warning, as on Kafka 4.
 //!
 //! Sluice's own defaults differ from Kafka's only where a zero-config single
-//! node needs it: `listeners`, `log.dir`, `node.id`, `process.roles`,
-//! `offsets.topic.replication.factor`, `transaction.state.log.replication.factor`,
-//! `transaction.state.log.min.isr`.
+//! node needs it: `listeners`, `log.dir`, `node.id`, `process.roles`. The
+//! internal topics' replication keeps Kafka's defaults, capped by the
+//! number of voters in the metadata quorum (one on a single node).
 
 use super::{
     check_gzip_level, check_host_ports, check_ip_overrides, check_listeners, check_protocol_map,
@@ -249,13 +249,13 @@ pub(crate) const BROKER_KEYS: &[Key] = &[
     key("group.coordinator.append.linger.ms", Int, Some("10"), AtLeast(0), Groups, NO_EFFECT, PUBLIC, "batching delay of coordinator appends"),
     key("offset.metadata.max.bytes", Int, Some("4096"), Any, Groups, NO_EFFECT, PUBLIC, "largest metadata of a committed offset"),
     key("offsets.load.buffer.size", Int, Some("5242880"), AtLeast(1), Groups, NO_EFFECT, PUBLIC, "read size when loading groups"),
-    key("offsets.topic.replication.factor", Short, Some("1"), AtLeast(1), Groups, USED, PUBLIC, "replication of __consumer_offsets"),
+    key("offsets.topic.replication.factor", Short, Some("3"), AtLeast(1), Groups, USED, PUBLIC, "replication of __consumer_offsets (at most the number of quorum voters)"),
     key("offsets.topic.num.partitions", Int, Some("50"), AtLeast(1), Groups, USED, PUBLIC, "partitions of __consumer_offsets"),
     key("offsets.topic.segment.bytes", Int, Some("104857600"), AtLeast(1), Groups, USED, PUBLIC, "segment size of __consumer_offsets"),
     key("offsets.topic.compression.codec", Int, Some("0"), Any, Groups, NO_EFFECT, PUBLIC, "codec of __consumer_offsets batches (id)"),
     key("offsets.retention.minutes", Int, Some("10080"), AtLeast(1), Groups, USED, PUBLIC, "keep committed offsets of empty groups this long"),
     key("offsets.retention.check.interval.ms", Long, Some("600000"), AtLeast(1), Groups, USED, PUBLIC, "how often expired offsets are removed"),
-    key("offsets.commit.timeout.ms", Int, Some("5000"), AtLeast(1), Groups, NO_EFFECT, PUBLIC, "wait for an offset commit to be written"),
+    key("offsets.commit.timeout.ms", Int, Some("5000"), AtLeast(1), Groups, USED, PUBLIC, "wait for an offset commit to be replicated"),
     key("group.consumer.session.timeout.ms", Int, Some("45000"), AtLeast(1), Groups, NO_EFFECT, PUBLIC, "consumer group (KIP-848) session timeout"),
     key("group.consumer.min.session.timeout.ms", Int, Some("45000"), AtLeast(1), Groups, NO_EFFECT, PUBLIC, "smallest consumer group session timeout"),
     key("group.consumer.max.session.timeout.ms", Int, Some("60000"), AtLeast(1), Groups, NO_EFFECT, PUBLIC, "largest consumer group session timeout"),
@@ -335,9 +335,9 @@ pub(crate) const BROKER_KEYS: &[Key] = &[
     key("share.coordinator.state.topic.compression.codec", Int, Some("0"), Any, ShareGroups, NO_EFFECT, PUBLIC, "codec of __share_group_state batches (id)"),
     key("share.coordinator.append.linger.ms", Int, Some("10"), AtLeast(0), ShareGroups, NO_EFFECT, PUBLIC, "batching delay of share coordinator appends"),
     key("share.coordinator.write.timeout.ms", Int, Some("5000"), AtLeast(1), ShareGroups, NO_EFFECT, PUBLIC, "wait for a share state write"),
-    key("transaction.state.log.min.isr", Int, Some("1"), AtLeast(1), Transactions, USED, PUBLIC, "min.insync.replicas of __transaction_state (Kafka: 2; Sluice: 1 so a single node can write it)"),
+    key("transaction.state.log.min.isr", Int, Some("2"), AtLeast(1), Transactions, USED, PUBLIC, "min.insync.replicas of __transaction_state (at most its replication factor)"),
     key("transaction.state.log.load.buffer.size", Int, Some("5242880"), AtLeast(1), Transactions, NO_EFFECT, PUBLIC, "read size when loading transactions"),
-    key("transaction.state.log.replication.factor", Short, Some("1"), AtLeast(1), Transactions, USED, PUBLIC, "replication of __transaction_state (Kafka: 3; Sluice: 1 so a single node can create it)"),
+    key("transaction.state.log.replication.factor", Short, Some("3"), AtLeast(1), Transactions, USED, PUBLIC, "replication of __transaction_state (at most the number of quorum voters)"),
     key("transaction.state.log.num.partitions", Int, Some("50"), AtLeast(1), Transactions, USED, PUBLIC, "partitions of __transaction_state"),
     key("transaction.state.log.segment.bytes", Int, Some("104857600"), AtLeast(1), Transactions, USED, PUBLIC, "segment size of __transaction_state"),
     key("transaction.partition.verification.enable", Bool, Some("true"), Any, Transactions, NO_EFFECT, PUBLIC, "verify partitions before transactional appends"),

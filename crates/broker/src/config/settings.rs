@@ -96,6 +96,8 @@ settings! {
     offsets_topic_replication_factor: i16 = "offsets.topic.replication.factor";
     /// `offsets.topic.segment.bytes`
     offsets_topic_segment_bytes: i32 = "offsets.topic.segment.bytes";
+    /// `offsets.commit.timeout.ms`
+    offsets_commit_timeout_ms: i32 = "offsets.commit.timeout.ms";
     /// `offsets.retention.minutes`
     offsets_retention_minutes: i64 = "offsets.retention.minutes";
     /// `offsets.retention.check.interval.ms`
@@ -168,10 +170,11 @@ mod tests {
         let s = Settings::default();
         assert_eq!(s.num_partitions, 1);
         assert_eq!(s.offsets_topic_num_partitions, 50);
-        assert_eq!(s.offsets_topic_replication_factor, 1);
-        // Kafka's defaults (3 and 2) cannot be met by one node.
-        assert_eq!(s.transaction_state_log_replication_factor, 1);
-        assert_eq!(s.transaction_state_log_min_isr, 1);
+        // Kafka's defaults; a single node creates the topics with one
+        // replica (`Broker::internal_topic_replication`).
+        assert_eq!(s.offsets_topic_replication_factor, 3);
+        assert_eq!(s.transaction_state_log_replication_factor, 3);
+        assert_eq!(s.transaction_state_log_min_isr, 2);
         assert_eq!(s.transaction_state_log_num_partitions, 50);
         assert_eq!(s.transaction_max_timeout_ms, 900_000);
         assert_eq!(s.socket_request_max_bytes, 104_857_600);

@@ -304,7 +304,6 @@ fn kafka_client_fixture_server_properties_are_accepted() {
     let idle = c.keys_without_effect();
     for k in [
         "share.coordinator.state.topic.min.isr",
-        "offsets.commit.timeout.ms",
         "num.io.threads",
         "controller.quorum.bootstrap.servers",
         "authorizer.class.name",

@@ -31,10 +31,12 @@ fn undecodable_batches_and_records_are_skipped_and_the_rest_loads() {
     let broker = open_broker(dir.path(), &overrides);
     broker.create_topic("t", 1, 1, &[], false).expect("create");
     broker.ensure_offsets_topic(1).expect("offsets topic");
-    let part = broker
-        .partition(CONSUMER_OFFSETS_TOPIC, 0)
-        .expect("partition");
-    let log = Arc::clone(part.log());
+    let part = Lease::new(
+        broker
+            .partition(CONSUMER_OFFSETS_TOPIC, 0)
+            .expect("partition"),
+    );
+    let log = Arc::clone(part.partition().log());
     append(&part, &commit_records("before", 5)).expect("append");
     // A record whose key is no known schema.
     append(

@@ -682,7 +682,7 @@ mod tests {
             let c = find(node, "transaction.state.log.min.isr");
             assert_eq!(
                 (c.value.as_deref(), c.config_source),
-                (Some("1"), SOURCE_DEFAULT)
+                (Some("2"), SOURCE_DEFAULT)
             );
             assert!(node.configs.iter().all(|c| c.read_only));
             let hours = find(node, "log.retention.hours");

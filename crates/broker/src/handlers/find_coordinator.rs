@@ -1,9 +1,12 @@
 //! FindCoordinator (key 10): the coordinator of a consumer group is the
-//! leader of its `__consumer_offsets` partition, which on one node is this
-//! node. Looking a group up creates `__consumer_offsets` (compacted,
-//! `offsets.topic.num.partitions`) and loads the group's partition on first
-//! use, as Kafka does. v4+ batches keys (`coordinator_keys`), one result
-//! each; older versions look up `key`.
+//! leader of its `__consumer_offsets` partition (on one node, this node).
+//! Looking a group up creates `__consumer_offsets` (compacted,
+//! `offsets.topic.num.partitions`) on first use, as Kafka does, and answers
+//! the partition's leader; when that is this node the partition is loaded
+//! first. A partition without a leader (or a leader not registered) is
+//! COORDINATOR_NOT_AVAILABLE, as is a topic that cannot be created yet
+//! (fewer brokers than its replication factor). v4+ batches keys
+//! (`coordinator_keys`), one result each; older versions look up `key`.
 //!
 //! Any group id is answered, the empty one included (Kafka hashes it like
 //! any other; JoinGroup and the other group APIs reject it). A
@@ -22,7 +25,8 @@ use proto_kafka::protocol::StrBytes;
 use proto_kafka::ResponseError;
 
 use super::Ctx;
-use crate::broker::{ApiError, Broker};
+use crate::broker::{ApiError, Broker, CONSUMER_OFFSETS_TOPIC};
+use crate::internal_topics::TRANSACTION_STATE_TOPIC;
 
 pub(crate) const VERSIONS: (i16, i16) = (0, 6);
 
@@ -87,29 +91,72 @@ fn outcome(found: Found) -> (i16, String, (i32, String, i32)) {
 fn find(broker: &Arc<Broker>, key_type: i8, key: &str) -> Found {
     match key_type {
         KEY_TYPE_GROUP => {
-            broker.groups.shard(broker, key)?;
-            Ok((
-                broker.node_id,
-                broker.advertised.host.clone(),
-                i32::from(broker.advertised.port),
-            ))
+            let partitions = broker.groups.partition_count(broker);
+            broker
+                .ensure_offsets_topic(partitions)
+                .map_err(not_available)?;
+            let partition = broker.groups.partition_for(broker, key);
+            let leader = leader_of(broker, CONSUMER_OFFSETS_TOPIC, partition)?;
+            if leader.0 == broker.node_id {
+                broker.groups.shard(broker, key).map_err(not_available)?;
+            }
+            Ok(leader)
         }
-        KEY_TYPE_TRANSACTION => match broker.txns.shard(broker, key, true) {
-            Ok(_) => Ok((
-                broker.node_id,
-                broker.advertised.host.clone(),
-                i32::from(broker.advertised.port),
-            )),
-            Err(e) => Err(ApiError::new(
-                ResponseError::try_from_code(e.code())
-                    .unwrap_or(ResponseError::CoordinatorNotAvailable),
-                e.to_string(),
-            )),
-        },
+        KEY_TYPE_TRANSACTION => {
+            broker
+                .ensure_transaction_state_topic()
+                .map_err(not_available)?;
+            let partition =
+                sluice_coordinator::txn::partition_for(key, broker.txns.partition_count(broker));
+            let leader = leader_of(broker, TRANSACTION_STATE_TOPIC, partition)?;
+            if leader.0 == broker.node_id {
+                if let Err(e) = broker.txns.shard(broker, key, true) {
+                    return Err(ApiError::new(
+                        ResponseError::try_from_code(e.code())
+                            .unwrap_or(ResponseError::CoordinatorNotAvailable),
+                        e.to_string(),
+                    ));
+                }
+            }
+            Ok(leader)
+        }
         other => Err(ApiError::new(
             ResponseError::InvalidRequest,
             format!("Unknown coordinator type {other} in FindCoordinator request"),
         )),
+    }
+}
+
+/// The leader of an internal topic's partition, with its endpoint.
+fn leader_of(broker: &Broker, topic: &str, partition: i32) -> Found {
+    let image = broker.image();
+    let leader = image
+        .topic(topic)
+        .and_then(|t| t.partitions.get(&partition))
+        .map_or(-1, |p| p.leader);
+    broker
+        .cluster_brokers()
+        .into_iter()
+        .find(|b| b.id == leader)
+        .map(|b| (b.id, b.host, b.port))
+        .ok_or_else(|| {
+            ApiError::new(
+                ResponseError::CoordinatorNotAvailable,
+                format!("{topic}-{partition} has no available leader."),
+            )
+        })
+}
+
+/// Why an internal topic cannot serve yet, as FindCoordinator answers it.
+fn not_available(e: ApiError) -> ApiError {
+    match e.code {
+        ResponseError::CoordinatorNotAvailable
+        | ResponseError::CoordinatorLoadInProgress
+        | ResponseError::NotCoordinator => e,
+        code => ApiError::new(
+            ResponseError::CoordinatorNotAvailable,
+            e.message.unwrap_or_else(|| format!("{code:?}")),
+        ),
     }
 }
 
@@ -241,7 +288,7 @@ mod tests {
         broker.shutdown().expect("shutdown");
     }
 
-    /// A topic that cannot be created (replication 2 on one node) is
+    /// A topic that cannot be created (a segment size topics refuse) is
     /// COORDINATOR_NOT_AVAILABLE, as Kafka answers while it is missing;
     /// unknown key types are INVALID_REQUEST.
     #[test]
@@ -251,7 +298,7 @@ mod tests {
             dir.path(),
             &[
                 ("offsets.topic.num.partitions", "1"),
-                ("transaction.state.log.replication.factor", "2"),
+                ("transaction.state.log.segment.bytes", "13"),
             ],
         );
         for v in 1..=VERSIONS.1 {

@@ -33,7 +33,7 @@ mod list_groups;
 mod list_offsets;
 mod list_transactions;
 mod metadata;
-mod offset_commit;
+pub(crate) mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
 mod offset_for_leader_epoch;
@@ -136,7 +136,7 @@ apis! {
     DescribeGroups => describe_groups, DescribeGroupsRequest, inline;
     ListGroups => list_groups, ListGroupsRequest, inline;
     DeleteGroups => delete_groups, DeleteGroupsRequest, inline;
-    OffsetCommit => offset_commit, OffsetCommitRequest, inline;
+    OffsetCommit => offset_commit, OffsetCommitRequest, async;
     OffsetFetch => offset_fetch, OffsetFetchRequest, inline;
     OffsetDelete => offset_delete, OffsetDeleteRequest, inline;
     DescribeTopicPartitions => describe_topic_partitions, DescribeTopicPartitionsRequest, inline;
@@ -148,7 +148,7 @@ apis! {
     DescribeTransactions => describe_transactions, DescribeTransactionsRequest, inline;
     ListTransactions => list_transactions, ListTransactionsRequest, inline;
     WriteTxnMarkers => write_txn_markers, WriteTxnMarkersRequest, async;
-    TxnOffsetCommit => txn_offset_commit, TxnOffsetCommitRequest, inline;
+    TxnOffsetCommit => txn_offset_commit, TxnOffsetCommitRequest, async;
 }
 
 /// What a handler answers.

@@ -37,18 +37,41 @@ use sluice_coordinator::CoordinatorError;
 
 use super::Ctx;
 use crate::broker::{ApiError, Broker};
-use crate::groups::{lock, now_ms};
+use crate::groups::{lock, now_ms, CommitPoint};
 
 pub(crate) const VERSIONS: (i16, i16) = (2, 9);
 
 /// `OffsetCommitRequest.DEFAULT_RETENTION_TIME`.
 const DEFAULT_RETENTION_TIME: i64 = -1;
 
-pub(crate) fn handle(
+pub(crate) async fn handle(
     broker: &Arc<Broker>,
     req: OffsetCommitRequest,
     ctx: &Ctx,
 ) -> OffsetCommitResponse {
+    let (mut resp, point) = respond(broker, req, ctx);
+    // Answered once the ISR has the records (Kafka appends them with
+    // acks=all); a write that does not get there fails every partition
+    // it would have committed.
+    if let Some(point) = point {
+        if let Err(code) = broker.groups.wait_committed(point).await {
+            resp.topics
+                .iter_mut()
+                .flat_map(|t| t.partitions.iter_mut())
+                .filter(|p| p.error_code == 0)
+                .for_each(|p| p.error_code = code.code());
+        }
+    }
+    resp
+}
+
+/// The response as the coordinator decides it, and where its records
+/// must be replicated to before it goes out.
+pub(crate) fn respond(
+    broker: &Arc<Broker>,
+    req: OffsetCommitRequest,
+    ctx: &Ctx,
+) -> (OffsetCommitResponse, Option<CommitPoint>) {
     let group = req.group_id.0.to_string();
     let image = broker.image();
     // One error slot per requested partition, in request order; `None`
@@ -83,13 +106,15 @@ pub(crate) fn handle(
             }
         }
     }
+    let mut point = None;
     if !commits.is_empty() {
         let retention = if ctx.version <= 4 {
             req.retention_time_ms
         } else {
             DEFAULT_RETENTION_TIME
         };
-        let results = commit(broker, &req, &group, &commits, retention, ctx.version);
+        let (results, written) = commit(broker, &req, &group, &commits, retention, ctx.version);
+        point = written;
         for (slot, code) in pending.into_iter().zip(results) {
             slots[slot].2 = Some(code);
         }
@@ -110,7 +135,7 @@ pub(crate) fn handle(
             .collect();
         resp.topics.push(rt);
     }
-    resp
+    (resp, point)
 }
 
 /// Validates the membership, appends the records and applies them;
@@ -122,8 +147,8 @@ fn commit(
     commits: &[PartitionCommit],
     retention_time_ms: i64,
     version: i16,
-) -> Vec<i16> {
-    let all = |code: i16| vec![code; commits.len()];
+) -> (Vec<i16>, Option<CommitPoint>) {
+    let all = |code: i16| (vec![code; commits.len()], None);
     let shard = match broker.groups.shard(broker, group) {
         Ok(s) => s,
         Err(e) => return all(e.code.code()),
@@ -150,7 +175,7 @@ fn commit(
         .groups
         .commit_records(&mut shard, &outcome.records)
         .map_err(|e| append_error(&e));
-    outcome
+    let codes = outcome
         .results
         .iter()
         .map(|r| match (&r.result, &appended) {
@@ -158,7 +183,9 @@ fn commit(
             (Ok(()), Err(code)) => *code,
             (Ok(()), Ok(())) => 0,
         })
-        .collect()
+        .collect();
+    let point = (appended.is_ok() && !outcome.records.is_empty()).then(|| shard.commit_point());
+    (codes, point)
 }
 
 /// The error code of a per-partition commit failure.
@@ -205,6 +232,12 @@ pub(crate) mod tests {
 
     use super::super::test_support::{ctx, open_broker, roundtrip};
     use super::*;
+
+    /// The coordinator's answer (on one node the high watermark covers a
+    /// write at once: nothing to wait for).
+    fn handle(broker: &Arc<Broker>, req: OffsetCommitRequest, ctx: &Ctx) -> OffsetCommitResponse {
+        respond(broker, req, ctx).0
+    }
 
     pub(crate) fn request(
         group: &str,

@@ -208,7 +208,7 @@ mod tests {
         broker.create_topic("t", 2, 1, &[], false).expect("create");
         let req =
             offset_commit::tests::request("g", -1, "", &[("t", 0, 3, None), ("t", 1, 4, None)]);
-        offset_commit::handle(&broker, req, &ctx(ApiKey::OffsetCommit, 9));
+        offset_commit::respond(&broker, req, &ctx(ApiKey::OffsetCommit, 9));
         let resp = roundtrip(
             &handle(
                 &broker,
@@ -276,7 +276,7 @@ mod tests {
             &member,
             &[("t", 0, 3, None), ("u", 0, 4, None)],
         );
-        offset_commit::handle(&broker, req, &ctx(ApiKey::OffsetCommit, 9));
+        offset_commit::respond(&broker, req, &ctx(ApiKey::OffsetCommit, 9));
         let resp = handle(
             &broker,
             request("consumer", &[("t", &[0]), ("u", &[0])]),

@@ -304,7 +304,7 @@ mod tests {
             ],
         );
         commit.topics[0].partitions[0].committed_leader_epoch = 3;
-        let resp = offset_commit::handle(&broker, commit, &ctx(ApiKey::OffsetCommit, 9));
+        let resp = offset_commit::respond(&broker, commit, &ctx(ApiKey::OffsetCommit, 9)).0;
         assert!(resp
             .topics
             .iter()
@@ -393,7 +393,7 @@ mod tests {
         broker.create_topic("t", 1, 1, &[], false).expect("create");
         for (g, o) in [("g1", 11), ("g2", 22)] {
             let req = offset_commit::tests::request(g, -1, "", &[("t", 0, o, Some(g))]);
-            offset_commit::handle(&broker, req, &ctx(ApiKey::OffsetCommit, 8));
+            offset_commit::respond(&broker, req, &ctx(ApiKey::OffsetCommit, 8));
         }
         for v in 8..=VERSIONS.1 {
             let wanted: &[(&str, &[i32])] = &[("t", &[0])];

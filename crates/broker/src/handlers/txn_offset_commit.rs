@@ -45,15 +45,38 @@ use sluice_coordinator::offsets::PartitionCommit;
 use super::offset_commit::{append_error, partition_error};
 use super::Ctx;
 use crate::broker::Broker;
-use crate::groups::{lock, now_ms};
+use crate::groups::{lock, now_ms, CommitPoint};
 
 pub(crate) const VERSIONS: (i16, i16) = (0, 4);
 
-pub(crate) fn handle(
+pub(crate) async fn handle(
     broker: &Arc<Broker>,
     req: TxnOffsetCommitRequest,
     ctx: &Ctx,
 ) -> TxnOffsetCommitResponse {
+    let (mut resp, point) = respond(broker, req, ctx);
+    // Answered once the ISR has the records (Kafka appends them with
+    // acks=all); a write that does not get there fails every partition
+    // it would have committed.
+    if let Some(point) = point {
+        if let Err(code) = broker.groups.wait_committed(point).await {
+            resp.topics
+                .iter_mut()
+                .flat_map(|t| t.partitions.iter_mut())
+                .filter(|p| p.error_code == 0)
+                .for_each(|p| p.error_code = code.code());
+        }
+    }
+    resp
+}
+
+/// The response as the coordinator decides it, and where its records
+/// must be replicated to before it goes out.
+pub(crate) fn respond(
+    broker: &Arc<Broker>,
+    req: TxnOffsetCommitRequest,
+    ctx: &Ctx,
+) -> (TxnOffsetCommitResponse, Option<CommitPoint>) {
     let group = req.group_id.0.to_string();
     let image = broker.image();
     // (topic index, partition, code): `None` while waiting for the group.
@@ -88,8 +111,10 @@ pub(crate) fn handle(
             }
         }
     }
+    let mut point = None;
     if !commits.is_empty() {
-        let results = commit(broker, &req, &group, &commits);
+        let (results, written) = commit(broker, &req, &group, &commits);
+        point = written;
         for (slot, code) in pending.into_iter().zip(results) {
             slots[slot].2 = Some(code);
         }
@@ -114,7 +139,7 @@ pub(crate) fn handle(
             .collect();
         resp.topics.push(rt);
     }
-    resp
+    (resp, point)
 }
 
 /// Checks the group, appends the records as the producer's transactional
@@ -124,8 +149,8 @@ fn commit(
     req: &TxnOffsetCommitRequest,
     group: &str,
     commits: &[PartitionCommit],
-) -> Vec<i16> {
-    let all = |code: i16| vec![code; commits.len()];
+) -> (Vec<i16>, Option<CommitPoint>) {
+    let all = |code: i16| (vec![code; commits.len()], None);
     let shard = match broker.groups.shard(broker, group) {
         Ok(s) => s,
         Err(e) => return all(e.code.code()),
@@ -157,7 +182,7 @@ fn commit(
             tracing::debug!(group, producer_id = req.producer_id.0, error = ?e, "TxnOffsetCommit append failed");
             append_error(&e)
         });
-    outcome
+    let codes = outcome
         .results
         .iter()
         .map(|r| match (&r.result, &appended) {
@@ -165,7 +190,9 @@ fn commit(
             (Ok(()), Err(code)) => *code,
             (Ok(()), Ok(())) => 0,
         })
-        .collect()
+        .collect();
+    let point = (appended.is_ok() && !outcome.records.is_empty()).then(|| shard.commit_point());
+    (codes, point)
 }
 
 #[cfg(test)]

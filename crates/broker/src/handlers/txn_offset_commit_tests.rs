@@ -266,7 +266,7 @@ async fn a_reload_replays_pending_offsets_and_markers() {
         assert_eq!(codes(&txn_commit(&broker, 3, &req).await)[0].2, OK);
     }
     let plain = super::super::offset_commit::tests::request("g", -1, "", &[("t", 1, 41, None)]);
-    super::super::offset_commit::handle(
+    let _ = super::super::offset_commit::respond(
         &broker,
         plain,
         &super::super::test_support::ctx(ApiKey::OffsetCommit, 8),

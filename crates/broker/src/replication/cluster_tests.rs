@@ -8,54 +8,11 @@ use std::time::Duration;
 use proto_kafka::ResponseError;
 use sluice_protocol::record::{BatchBuilder, Compression, Record};
 use sluice_storage::{AppendOrigin, Log, ReadLimit, TopicPartition};
-use tokio::sync::oneshot;
 
 use super::fetcher::PAUSED;
 use crate::broker::Broker;
-use crate::config::BrokerConfig;
 use crate::partition::{Acks, AppendError};
-use crate::server::Server;
-use crate::test_quorum::{eventually_within, one_cluster_at_a_time, three_node_configs};
-
-async fn eventually(what: &str, f: impl FnMut() -> bool) {
-    eventually_within(40_000, what, f).await
-}
-
-struct Node {
-    broker: Arc<Broker>,
-    config: BrokerConfig,
-    stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-async fn start(config: BrokerConfig) -> Node {
-    let server = Server::bind(config.clone()).await.expect("bind");
-    let broker = Arc::clone(server.broker());
-    let (stop, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        server
-            .run(async {
-                let _ = rx.await;
-            })
-            .await
-            .expect("run");
-    });
-    Node {
-        broker,
-        config,
-        stop,
-        task,
-    }
-}
-
-impl Node {
-    async fn stop(self) -> BrokerConfig {
-        let _ = self.stop.send(());
-        drop(self.broker);
-        self.task.await.expect("server task");
-        self.config
-    }
-}
+use crate::test_quorum::{cluster, eventually, node, one_cluster_at_a_time, start, Node};
 
 fn batch(value: &str) -> Vec<u8> {
     let mut b = BatchBuilder::new(Compression::None, 1);
@@ -117,36 +74,6 @@ async fn produce(leader: &Broker, value: &str) -> Result<i64, ResponseError> {
     let end = info.last_offset + 1;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     p.wait_replicated(end, deadline).await.map(|()| end)
-}
-
-/// Three running combined nodes of one quorum (node ids 1 to 3), every
-/// one registered; `lag_ms` is their `replica.lag.time.max.ms`.
-async fn cluster(lag_ms: u64) -> (Vec<Option<Node>>, Vec<tempfile::TempDir>) {
-    let (configs, dirs) = three_node_configs(|_| {
-        vec![
-            ("broker.session.timeout.ms", "2000".into()),
-            ("replica.lag.time.max.ms", lag_ms.to_string()),
-            ("replica.fetch.wait.max.ms", "200".into()),
-            ("replica.fetch.backoff.ms", "50".into()),
-        ]
-    });
-    let mut nodes: Vec<Option<Node>> = Vec::new();
-    for c in configs {
-        nodes.push(Some(start(c).await));
-    }
-    for n in nodes.iter().flatten() {
-        let broker = Arc::clone(&n.broker);
-        eventually("three registered brokers", || {
-            broker.cluster_brokers().len() == 3
-        })
-        .await;
-    }
-    (nodes, dirs)
-}
-
-/// The running broker of node `id`.
-fn node(nodes: &[Option<Node>], id: i32) -> Arc<Broker> {
-    Arc::clone(&nodes[(id - 1) as usize].as_ref().expect("running").broker)
 }
 
 /// Topic `r`: one partition, replication factor 3, min.insync.replicas 2.

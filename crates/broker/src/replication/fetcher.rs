@@ -19,34 +19,30 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
 use proto_kafka::messages::fetch_request::{FetchPartition, FetchTopic};
 use proto_kafka::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
 use proto_kafka::messages::{
     ApiKey, BrokerId, FetchRequest, FetchResponse, OffsetForLeaderEpochRequest,
-    OffsetForLeaderEpochResponse, RequestHeader, ResponseHeader, TopicName,
+    OffsetForLeaderEpochResponse, TopicName,
 };
-use proto_kafka::protocol::{Decodable, Encodable, StrBytes};
+use proto_kafka::protocol::StrBytes;
 use proto_kafka::ResponseError;
 use sluice_controller::MetadataImage;
 use sluice_storage::epoch::LeaderEpochCache;
 use sluice_storage::{Log, TopicPartition};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::follower;
 use crate::broker::Broker;
+use crate::inter_broker::Conn;
 
 /// Fetch v12: topics by name, `replica_id` at the top level, diverging
 /// epochs available (unused: truncation asks OffsetForLeaderEpoch).
 const FETCH_VERSION: i16 = 12;
 /// OffsetForLeaderEpoch v3: names the replica, not flexible.
 const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 3;
-/// Largest response frame a fetcher reads.
-const MAX_FRAME: usize = 256 << 20;
 /// Rounds of OffsetForLeaderEpoch before giving up for this attempt.
 const MAX_TRUNCATION_ROUNDS: usize = 16;
 
@@ -166,7 +162,7 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
         }
         let result = async {
             if conn.is_none() {
-                conn = Some(Conn::connect(&b, &image, leader).await?);
+                conn = Some(Conn::connect(&b, &image, leader, "fetcher").await?);
             }
             let Some(c) = conn.as_mut() else {
                 return Err("no connection".to_string());
@@ -412,87 +408,6 @@ fn whole_batches(records: &[u8]) -> &[u8] {
         pos = end;
     }
     &records[..pos]
-}
-
-/// A plain Kafka connection to another broker: one request at a time.
-struct Conn {
-    stream: TcpStream,
-    correlation: i32,
-    client_id: String,
-}
-
-impl Conn {
-    async fn connect(b: &Broker, image: &MetadataImage, leader: i32) -> Result<Self, String> {
-        let reg = image
-            .broker(leader)
-            .ok_or_else(|| format!("broker {leader} is not registered"))?;
-        let e = reg
-            .endpoints
-            .iter()
-            .find(|e| e.name == b.advertised.name)
-            .or_else(|| reg.endpoints.first())
-            .ok_or_else(|| format!("broker {leader} has no endpoint"))?;
-        let addr = format!("{}:{}", e.host, e.port);
-        let stream = tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(&addr))
-            .await
-            .map_err(|_| format!("connecting to {addr} timed out"))?
-            .map_err(|e| format!("connecting to {addr}: {e}"))?;
-        let _ = stream.set_nodelay(true);
-        Ok(Self {
-            stream,
-            correlation: 0,
-            client_id: format!("broker-{}-fetcher-{leader}", b.node_id),
-        })
-    }
-
-    async fn call<Req: Encodable, Resp: Decodable>(
-        &mut self,
-        key: ApiKey,
-        version: i16,
-        body: &Req,
-    ) -> Result<Resp, String> {
-        self.correlation = self.correlation.wrapping_add(1);
-        let mut header = RequestHeader::default();
-        header.request_api_key = key as i16;
-        header.request_api_version = version;
-        header.correlation_id = self.correlation;
-        header.client_id = Some(StrBytes::from_string(self.client_id.clone()));
-        let hv = key.request_header_version(version);
-        let mut frame = BytesMut::new();
-        frame.put_i32(0);
-        header
-            .encode(&mut frame, hv)
-            .map_err(|e| format!("encoding a request header: {e}"))?;
-        body.encode(&mut frame, version)
-            .map_err(|e| format!("encoding a request: {e}"))?;
-        let size = (frame.len() - 4) as i32;
-        frame[0..4].copy_from_slice(&size.to_be_bytes());
-        let io = async {
-            self.stream.write_all(&frame).await?;
-            let len = self.stream.read_i32().await?;
-            let len = usize::try_from(len)
-                .ok()
-                .filter(|l| *l <= MAX_FRAME)
-                .ok_or_else(|| std::io::Error::other(format!("bad response size {len}")))?;
-            let mut buf = vec![0u8; len];
-            self.stream.read_exact(&mut buf).await?;
-            Ok::<_, std::io::Error>(buf)
-        };
-        let buf = tokio::time::timeout(Duration::from_secs(30), io)
-            .await
-            .map_err(|_| "request timed out".to_string())?
-            .map_err(|e| format!("connection: {e}"))?;
-        let mut body = Bytes::from(buf);
-        let header = ResponseHeader::decode(&mut body, key.response_header_version(version))
-            .map_err(|e| format!("decoding a response header: {e}"))?;
-        if header.correlation_id != self.correlation {
-            return Err(format!(
-                "response with correlation id {}, expected {}",
-                header.correlation_id, self.correlation
-            ));
-        }
-        Resp::decode(&mut body, version).map_err(|e| format!("decoding a response: {e}"))
-    }
 }
 
 #[cfg(test)]

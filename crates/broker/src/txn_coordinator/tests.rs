@@ -163,13 +163,17 @@ async fn expired_transactional_ids_are_removed() {
 #[tokio::test]
 async fn appends_below_min_isr_are_coordinator_not_available() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let broker = open_broker(
-        dir.path(),
-        &[
-            ("transaction.state.log.num.partitions", "1"),
-            ("transaction.state.log.min.isr", "2"),
-        ],
-    );
+    let broker = open_broker(dir.path(), &[("transaction.state.log.num.partitions", "1")]);
+    // One node: the topic gets one replica and a `min.insync.replicas`
+    // capped to it; raising it leaves the ISR short.
+    broker.ensure_transaction_state_topic().expect("topic");
+    broker
+        .edit_topic_configs(TRANSACTION_STATE_TOPIC, false, |current, _| {
+            let mut next = current.clone();
+            next.insert("min.insync.replicas".into(), "2".into());
+            Ok(next)
+        })
+        .expect("min.insync.replicas");
     let r: InitProducerIdResponse = call(
         &broker,
         ApiKey::InitProducerId,

@@ -424,7 +424,9 @@ impl MetadataQuorum {
 /// session timeout is fenced (BrokerRegistrationChangeRecord, fenced 1) —
 /// Metadata and DescribeCluster then leave it out — and unfenced (-1) when
 /// it answers again. For a session timeout after becoming leader nobody is
-/// fenced (the new leader has not heard from anyone yet).
+/// fenced (the new leader has not heard from anyone yet). The leader's own
+/// registration counts as alive (a node fenced while paused, that became
+/// leader since, unfences itself).
 async fn fence_silent_brokers(
     node_id: NodeId,
     raft: Raft,
@@ -460,10 +462,10 @@ async fn fence_silent_brokers(
             let Ok(id) = NodeId::try_from(b.id) else {
                 continue;
             };
-            if id == node_id {
-                continue;
-            }
-            let alive = liveness.last_ack(id).is_some_and(|t| t.elapsed() < session);
+            // The leader is alive by leading: fenced by a former leader
+            // while it was paused, it unfences itself.
+            let alive =
+                id == node_id || liveness.last_ack(id).is_some_and(|t| t.elapsed() < session);
             let fenced = match (b.fenced, alive) {
                 (false, false) => 1,
                 (true, true) => -1,
