@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,12 +19,13 @@ use std::time::{Duration, Instant};
 use common::cluster::Cluster3;
 use sluice_client::admin::NewTopic;
 use sluice_client::cluster::Metadata;
-use sluice_client::consumer::{Consumer, ConsumerConfig, OffsetReset};
+use sluice_client::consumer::{Consumer, ConsumerConfig, OffsetReset, RebalanceListener};
 use sluice_client::{
     Admin, ClientConfig, Cluster, Producer, ProducerConfig, ProducerRecord, TopicPartition,
 };
 
 const TOPIC: &str = "failover";
+const GROUP: &str = "failover-group";
 const PARTITIONS: i32 = 3;
 /// `replica.lag.time.max.ms` of the nodes: long enough that a busy
 /// two-core machine does not drop an active follower too often (it would
@@ -256,6 +257,123 @@ async fn tail(bootstrap: String, stop: Arc<AtomicBool>) -> (Consumer, Polled) {
     (consumer, out)
 }
 
+/// What the group member saw.
+#[derive(Default)]
+struct GroupOutcome {
+    /// (partition, offset, value) of every record polled.
+    polled: Vec<(i32, i64, String)>,
+    /// Per partition, the highest offset a successful commit covered.
+    acked: BTreeMap<i32, i64>,
+    /// Per partition, the committed offset read back at the end.
+    committed: BTreeMap<i32, i64>,
+    /// Polls that went back within one assignment: (partition, after, at).
+    backwards: Vec<(i32, i64, i64)>,
+    /// Errors from poll (none expected) and failed commits (retried).
+    poll_errors: Vec<String>,
+    commit_errors: usize,
+}
+
+/// Notes the partitions each rebalance assigns: polls may rewind to the
+/// committed offset then.
+struct Reassigned(Arc<Mutex<HashSet<i32>>>);
+
+impl RebalanceListener for Reassigned {
+    fn on_partitions_assigned(&mut self, partitions: &[TopicPartition]) {
+        let mut r = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        r.extend(partitions.iter().map(|tp| tp.partition));
+    }
+}
+
+/// A consumer group member (subscribe, manual commits every 100 records)
+/// that runs until `stop`, then reads its committed offsets back.
+async fn group_member(
+    bootstrap: String,
+    stop: Arc<AtomicBool>,
+    polled: Arc<AtomicU64>,
+) -> GroupOutcome {
+    let mut config = ConsumerConfig::new(client_config(&bootstrap)).group(GROUP);
+    config.auto_offset_reset = OffsetReset::Earliest;
+    config.enable_auto_commit = false;
+    config.session_timeout = Duration::from_secs(10);
+    config.heartbeat_interval = Duration::from_secs(1);
+    let mut consumer = Consumer::new(config)
+        .await
+        .unwrap_or_else(|e| panic!("group consumer: {e}"));
+    let reassigned = Arc::new(Mutex::new(HashSet::new()));
+    consumer.set_rebalance_listener(Box::new(Reassigned(reassigned.clone())));
+    consumer
+        .subscribe(&[TOPIC])
+        .unwrap_or_else(|e| panic!("subscribe: {e}"));
+    let mut out = GroupOutcome::default();
+    let mut last: HashMap<i32, i64> = HashMap::new();
+    let mut since_commit = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let records = match consumer.poll(Duration::from_millis(300)).await {
+            Ok(r) => r,
+            Err(e) => {
+                out.poll_errors.push(e.to_string());
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        for p in std::mem::take(
+            &mut *reassigned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        ) {
+            last.remove(&p);
+        }
+        for r in records {
+            if let Some(l) = last.get(&r.partition) {
+                if r.offset <= *l {
+                    out.backwards.push((r.partition, *l, r.offset));
+                }
+            }
+            last.insert(r.partition, r.offset);
+            let value =
+                String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+            out.polled.push((r.partition, r.offset, value));
+            polled.fetch_add(1, Ordering::Relaxed);
+            since_commit += 1;
+        }
+        if since_commit >= 100 {
+            since_commit = 0;
+            let positions: Vec<(i32, i64)> = last.iter().map(|(p, o)| (*p, o + 1)).collect();
+            match consumer.commit_sync().await {
+                Ok(()) => {
+                    for (p, o) in positions {
+                        let a = out.acked.entry(p).or_insert(0);
+                        *a = (*a).max(o);
+                    }
+                }
+                Err(_) => out.commit_errors += 1,
+            }
+        }
+    }
+    eprintln!(
+        "group member at the end: assignment {:?}, rebalance pending {}",
+        consumer.assignment(),
+        consumer.rebalance_pending()
+    );
+    let tps: Vec<TopicPartition> = (0..PARTITIONS)
+        .map(|p| TopicPartition::new(TOPIC, p))
+        .collect();
+    let committed = consumer
+        .committed(&tps)
+        .await
+        .unwrap_or_else(|e| panic!("committed offsets: {e}"));
+    for (tp, om) in committed {
+        if let Some(om) = om {
+            out.committed.insert(tp.partition, om.offset);
+        }
+    }
+    let _ = consumer.close().await;
+    out
+}
+
 /// The nodes, the producer and the tailing consumer of one test.
 struct Run {
     cluster: Cluster3,
@@ -266,6 +384,9 @@ struct Run {
     stop: Arc<AtomicBool>,
     producing: tokio::task::JoinHandle<u64>,
     tailing: tokio::task::JoinHandle<(Consumer, Polled)>,
+    grouped: tokio::task::JoinHandle<GroupOutcome>,
+    /// Records the group member polled so far.
+    group_polled: Arc<AtomicU64>,
 }
 
 /// How long a condition may take to appear (generous: a loaded two-core
@@ -281,6 +402,13 @@ impl Run {
     /// min.insync.replicas=2), waits for full ISRs, then starts the
     /// producer and the tailing consumer and waits for some acks.
     async fn start() -> Run {
+        if let Ok(filter) = std::env::var("SLUICE_TEST_CLIENT_LOG") {
+            // Debugging aid: the clients' own logs, e.g. sluice_client=debug.
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
         let started = Instant::now();
         let session = format!("broker.session.timeout.ms={SESSION_MS}");
         let lag = format!("replica.lag.time.max.ms={LAG_MS}");
@@ -319,6 +447,19 @@ impl Run {
             v.values().all(|(l, _, isr)| *l > 0 && isr.len() == 3)
         })
         .await;
+        // The group's coordinator (and so __consumer_offsets) exists before
+        // the clients start. A node that creates __consumer_offsets for a
+        // FindCoordinator while another metadata change (e.g. the
+        // producer's InitProducerId taking a producer-id block) waits for
+        // the quorum can stop answering altogether: FindCoordinator creates
+        // the topic on an async worker thread, blocking on the metadata
+        // change lock (reported; find_coordinator.rs and broker.rs are not
+        // this test's to change).
+        let deadline = Instant::now() + WAIT;
+        while let Err(e) = admin.find_coordinator(GROUP).await {
+            assert!(Instant::now() < deadline, "no coordinator for {GROUP}: {e}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
 
         // The producer runs for the whole test.
         let mut pconfig = ProducerConfig::new(client_config(&bootstrap));
@@ -344,6 +485,13 @@ impl Run {
         ));
         // So does a consumer, reading everything from the beginning.
         let tailing = tokio::spawn(tail(bootstrap.clone(), stop.clone()));
+        // And a consumer group member, committing as it goes.
+        let group_polled = Arc::new(AtomicU64::new(0));
+        let grouped = tokio::spawn(group_member(
+            bootstrap.clone(),
+            stop.clone(),
+            group_polled.clone(),
+        ));
         let run = Run {
             cluster,
             bootstrap,
@@ -353,6 +501,8 @@ impl Run {
             stop,
             producing,
             tailing,
+            grouped,
+            group_polled,
         };
         run.progress("before the faults").await;
         run
@@ -393,7 +543,21 @@ impl Run {
             stop,
             producing,
             tailing,
+            grouped,
+            group_polled,
         } = self;
+        // After the last fault the group settles and its member polls on
+        // (a rebalance may have been cut short by the faults).
+        let from = group_polled.load(Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while group_polled.load(Ordering::Relaxed) < from + 300 {
+            assert!(
+                Instant::now() < deadline,
+                "the group member polled {} records in 30 s after the faults",
+                group_polled.load(Ordering::Relaxed) - from
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         // Stop producing; every record gets its outcome.
         stop.store(true, Ordering::Relaxed);
         let sent = producing
@@ -497,6 +661,43 @@ impl Run {
                 "{v} in the log but never acknowledged (every record was)"
             );
         }
+        // The group member: what it polled is what the log holds, its
+        // polls moved forward within each assignment, and every
+        // acknowledged commit survived.
+        let group = grouped
+            .await
+            .unwrap_or_else(|e| panic!("group member: {e}"));
+        eprintln!(
+            "the group member polled {} records, {} commits failed and were retried later, \
+             poll errors: {:?}",
+            group.polled.len(),
+            group.commit_errors,
+            group.poll_errors
+        );
+        for (p, o, v) in &group.polled {
+            assert_eq!(
+                at.get(&(*p, *o)),
+                Some(v),
+                "the group polled {v} at {p}/{o}, not what the log holds"
+            );
+        }
+        assert!(
+            group.backwards.is_empty(),
+            "group polls went back: {:?}",
+            group.backwards
+        );
+        for (p, acked) in &group.acked {
+            let committed = group.committed.get(p).copied().unwrap_or(-1);
+            assert!(
+                committed >= *acked,
+                "partition {p}: committed {committed} below the acknowledged commit {acked}"
+            );
+        }
+        assert!(
+            group.poll_errors.is_empty(),
+            "poll failed: {:?}",
+            group.poll_errors
+        );
         eprintln!("checked {} records in {:?}", seen.len(), started.elapsed());
         drop(cluster);
     }
@@ -619,6 +820,31 @@ async fn clients_ride_out_a_paused_leader_and_a_killed_controller_leader() {
     run.full_isr("the restarted controller back in every ISR")
         .await;
     run.progress("after the controller restart").await;
+
+    // SIGKILL the node of the group's coordinator: the coordinator moves
+    // with the leadership of its __consumer_offsets partition; the member
+    // finds it again and its commits go on.
+    let admin = Admin::connect(client_config(&run.bootstrap))
+        .await
+        .unwrap_or_else(|e| panic!("admin: {e}"));
+    let coordinator = admin
+        .find_coordinator(GROUP)
+        .await
+        .unwrap_or_else(|e| panic!("find coordinator: {e}"))
+        .id;
+    eprintln!("killing node {coordinator}, the group's coordinator");
+    run.cluster.kill(coordinator);
+    let others: Vec<i32> = ALL.iter().copied().filter(|i| *i != coordinator).collect();
+    run.views(&others, "leaders away from the killed coordinator", |v| {
+        v.values().all(|(l, _, _)| *l > 0 && *l != coordinator)
+    })
+    .await;
+    run.progress("after the coordinator's node was killed")
+        .await;
+    run.cluster.restart(coordinator);
+    run.full_isr("the restarted coordinator's node back in every ISR")
+        .await;
+    run.progress("after the coordinator's node restarted").await;
 
     run.finish_and_check().await;
 }

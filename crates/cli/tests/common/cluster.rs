@@ -209,6 +209,29 @@ impl Cluster3 {
 impl Drop for Cluster3 {
     fn drop(&mut self) {
         let panicking = std::thread::panicking();
+        if panicking && std::env::var_os("SLUICE_TEST_STACKS").is_some() {
+            // Debugging aid: every thread's stack of each running node.
+            for node in &self.nodes {
+                if let Some(pid) = node.pid() {
+                    let out = Command::new("gdb")
+                        .args([
+                            "-p",
+                            &pid.to_string(),
+                            "-batch",
+                            "-ex",
+                            "thread apply all bt",
+                        ])
+                        .output();
+                    if let Ok(out) = out {
+                        eprintln!(
+                            "---- node {} stacks ----\n{}",
+                            node.id,
+                            String::from_utf8_lossy(&out.stdout)
+                        );
+                    }
+                }
+            }
+        }
         for node in &mut self.nodes {
             if let Some(mut child) = node.child.take() {
                 if node.stopped {
@@ -217,6 +240,15 @@ impl Drop for Cluster3 {
                 let _ = child.kill();
                 let _ = child.wait();
             }
+        }
+        if let Some(keep) = std::env::var_os("SLUICE_TEST_LOG_DIR").filter(|_| panicking) {
+            // Debugging aid: the whole logs of a failed run.
+            let keep = std::path::PathBuf::from(keep);
+            let _ = fs::create_dir_all(&keep);
+            for node in &self.nodes {
+                let _ = fs::copy(&node.log, keep.join(format!("node-{}.log", node.id)));
+            }
+            eprintln!("node logs copied to {}", keep.display());
         }
         if panicking || std::env::var_os("SLUICE_TEST_SHOW_LOGS").is_some() {
             for id in 1..=3 {
