@@ -40,22 +40,22 @@ class Node:
         self.log_path = self.folder / f"node-{node_id}.log"
         self.proc = None
         self.proxies = list(proxies)
-        advertised = ([f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.proxies[0].port}"]
-                      if self.proxies else [])
-        lines = [
-            "process.roles=broker,controller",
-            f"node.id={node_id}",
-            f"controller.quorum.voters={voters}",
-            f"listeners=PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
-            "controller.listener.names=CONTROLLER",
-            f"log.dirs={self.folder / f'data-{node_id}'}",
-            f"broker.session.timeout.ms={SESSION_TIMEOUT_MS}",
-            f"replica.lag.time.max.ms={LAG_TIME_MS}",
-            "replica.fetch.wait.max.ms=200",
-            "group.initial.rebalance.delay.ms=0",
-            *advertised,
-            *[f"{k}={v}" for k, v in extra.items()],
-        ]
+        keys = {
+            "process.roles": "broker,controller",
+            "node.id": str(node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(self.folder / f"data-{node_id}"),
+            "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+            "replica.lag.time.max.ms": str(LAG_TIME_MS),
+            "replica.fetch.wait.max.ms": "200",
+            "group.initial.rebalance.delay.ms": "0",
+        }
+        if self.proxies:
+            keys["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{self.proxies[0].port}"
+        keys.update(extra)  # the caller's keys win
+        lines = [f"{k}={v}" for k, v in keys.items()]
         self.properties.write_text("\n".join(lines) + "\n")
 
     @property

@@ -1,6 +1,6 @@
 """Run by kafka-python 3.x's interpreter (SLUICETEST_PYTHON_KP3): infers the
 broker version as kafka-python does, pages through DescribeTopicPartitions,
-then produces and consumes with the API versions that inference picks.
+describes the metadata quorum, then produces and consumes with the API versions that inference picks.
 Prints one JSON object."""
 import json
 import sys
@@ -25,6 +25,9 @@ while True:
     if cursor is None:
         break
 out["describe_pages"] = pages
+# DescribeQuorum (Admin.describeMetadataQuorum): a single node is its
+# metadata quorum's only voter and leader.
+out["quorum"] = admin.describe_metadata_quorum()
 admin.close()
 
 producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, enable_idempotence=False)
@@ -41,4 +44,4 @@ found = consumer.offsets_for_times({tp: 1005})[tp]
 out["offset_for_1005"] = found.offset if found else None
 out["end"] = consumer.end_offsets([tp])[tp]
 consumer.close()
-print(json.dumps(out))
+print(json.dumps(out, default=str))

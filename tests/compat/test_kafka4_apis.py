@@ -95,6 +95,19 @@ def test_kafka_python_3_infers_kafka_4(server):
         [["kp3-missing", 3, []], ["kp3-topic", 0, [0]], ["kp3-topic-wide", 0, [0, 1]]],
         [["kp3-topic-wide", 0, [2, 3, 4]]],
     ], got
+    # DescribeQuorum v2: node 1 is the sole voter and leader of
+    # __cluster_metadata-0, caught up to the high watermark, with no
+    # controller listener to report.
+    q = got["quorum"]
+    assert [t["topic_name"] for t in q["topics"]] == ["__cluster_metadata"], q
+    p = q["topics"][0]["partitions"][0]
+    assert (p["partition_index"], p["error"], p["leader_id"], p["leader_epoch"]) == (0, None, 1, 0), q
+    assert p["high_watermark"] > 0, q
+    assert [(v["replica_id"], v["log_end_offset"]) for v in p["current_voters"]] == [
+        (1, p["high_watermark"])], q
+    assert p["current_voters"][0]["last_caught_up_timestamp"] > 0, q
+    assert p["observers"] == [], q
+    assert [(n["node_id"], n["listeners"]) for n in q["nodes"]] == [(1, [])], q
     assert got["values"] == [f"v{i}" for i in range(10)], got
     assert got["offset_for_1005"] == 5, got
     assert got["end"] == 10, got

@@ -446,23 +446,26 @@ impl Broker {
 
     /// The brokers new replicas may go to: this node and every registered
     /// broker that is not fenced, by id.
-    fn placeable_brokers(&self) -> Vec<i32> {
-        let mut ids: Vec<i32> = self
-            .image()
+    fn placeable_brokers(&self) -> Vec<(i32, Option<String>)> {
+        let image = self.image();
+        let mut brokers: Vec<(i32, Option<String>)> = image
             .brokers()
-            .filter(|b| !b.fenced)
-            .map(|b| b.id)
-            .chain(std::iter::once(self.node_id))
+            .filter(|b| !b.fenced && !b.in_controlled_shutdown)
+            .map(|b| (b.id, b.rack.clone()))
             .collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids
+        if image.broker(self.node_id).is_none() {
+            brokers.push((self.node_id, self.rack()));
+        }
+        brokers.sort_unstable();
+        brokers.dedup_by_key(|b| b.0);
+        brokers
     }
 
     /// Replicas for partitions `first..first + count`, `rf` each, striped
-    /// over the placeable brokers from a random start (Kafka's
-    /// `StripedReplicaPlacer`); INVALID_REPLICATION_FACTOR when there are
-    /// fewer brokers than `rf`.
+    /// over the placeable brokers (registered, not fenced, not in
+    /// controlled shutdown) from a random start, over as many racks as
+    /// possible when brokers have `broker.rack` (Kafka's placers);
+    /// INVALID_REPLICATION_FACTOR when there are fewer brokers than `rf`.
     fn place_replicas(
         &self,
         first: i32,
@@ -480,7 +483,7 @@ impl Broker {
                 ((random >> 64) % (brokers.len() as u128 - 1)) as usize,
             )
         };
-        crate::replication::placement::place(&brokers, first, count, rf, start, shift).ok_or_else(
+        crate::replication::placement::place_with_racks(&brokers, first, count, rf, start, shift).ok_or_else(
             || {
                 ApiError::new(
                     ResponseError::InvalidReplicationFactor,

@@ -32,8 +32,11 @@
 mod alloc;
 mod blocking;
 pub mod broker;
+#[cfg(test)]
+mod cluster_ops_tests;
 pub mod config;
 mod connection;
+mod controlled_shutdown;
 pub mod error;
 mod failpoint;
 mod fetch_session;

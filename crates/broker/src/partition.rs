@@ -67,7 +67,8 @@ pub(crate) struct Partition {
     /// Fetches parked on this partition (one `Notify` per parked fetch,
     /// which may wait on many partitions).
     waiters: Mutex<Vec<Weak<Notify>>>,
-    /// Woken when the high watermark moves (acks=all waiters).
+    /// Woken when the high watermark moves (acks=all waiters), or when
+    /// this node stops leading the partition.
     hw_moved: Notify,
     /// Whether this node still leads the partition: cleared when the
     /// metadata moves the leadership away (a coordinator holding a
@@ -363,9 +364,6 @@ impl Partition {
             let moved = self.hw_moved.notified();
             tokio::pin!(moved);
             moved.as_mut().enable();
-            if !self.is_led() {
-                return Err(ResponseError::NotLeaderOrFollower);
-            }
             if self.log.high_watermark() >= offset {
                 let min_isr = self.log.config().min_insync_replicas.max(1) as usize;
                 return if self.isr_len() >= min_isr {
@@ -373,6 +371,12 @@ impl Partition {
                 } else {
                     Err(ResponseError::NotEnoughReplicasAfterAppend)
                 };
+            }
+            // Kafka's `checkEnoughReplicasReachOffset` on a partition this
+            // broker no longer leads (its DelayedProduce is completed when
+            // the leadership moves).
+            if !self.is_led() {
+                return Err(ResponseError::NotLeaderOrFollower);
             }
             tokio::select! {
                 () = moved => {}
@@ -448,7 +452,8 @@ impl Partitions {
 
     /// Brings the set of led partitions in line with `image`: new ones
     /// (with the log `log_of` gives them) become led, changed ones follow
-    /// their new leader epoch and ISR, removed ones are dropped.
+    /// their new leader epoch and ISR, removed ones are dropped (their acks=all
+    /// waiters answer NOT_LEADER_OR_FOLLOWER).
     pub(crate) fn sync(
         &self,
         image: &MetadataImage,

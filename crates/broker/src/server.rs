@@ -1,6 +1,7 @@
 //! The listener: binds, accepts, runs one task per connection, and shuts
-//! down gracefully (stop accepting, let in-flight requests finish, close
-//! the data folder cleanly).
+//! down gracefully (controlled shutdown in a multi-node quorum, then stop
+//! accepting, let in-flight requests finish, close the data folder
+//! cleanly).
 //!
 //! Connection limits (`crate::limits`), as Kafka's acceptor applies them:
 //! at `max.connections` the loop stops accepting until a connection closes
@@ -100,7 +101,22 @@ impl Server {
             Arc::downgrade(&self.broker),
             stop_rx.clone(),
         ));
+        let rebalance_task = tokio::spawn(crate::replication::rebalance::run(
+            Arc::downgrade(&self.broker),
+            stop_rx.clone(),
+        ));
         let mut tasks = tokio::task::JoinSet::new();
+        // Asked to stop, a node of a metadata quorum first hands its
+        // leaderships over (controlled shutdown) while it still serves
+        // connections, so followers catch up and clients move on.
+        let broker = Arc::clone(&self.broker);
+        let shutdown = async move {
+            shutdown.await;
+            broker
+                .controlled_shutdown(crate::controlled_shutdown::CONTROLLED_SHUTDOWN_TIMEOUT)
+                .await;
+            drop(broker);
+        };
         tokio::pin!(shutdown);
         // A broker-wide connection slot, taken before accepting.
         let mut slot = None;
@@ -165,6 +181,7 @@ impl Server {
         let _ = txn_task.await;
         let _ = fetchers.await;
         let _ = isr_task.await;
+        let _ = rebalance_task.await;
         let broker = self.broker;
         tokio::task::spawn_blocking(move || broker.shutdown())
             .await

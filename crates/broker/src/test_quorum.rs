@@ -96,8 +96,15 @@ pub(crate) struct Node {
     task: tokio::task::JoinHandle<()>,
 }
 
-/// Starts a server on `config`.
+/// Starts a server on `config`. With `SLUICETEST_LOG` set, the nodes' logs
+/// (info and up) go to the test's output.
 pub(crate) async fn start(config: BrokerConfig) -> Node {
+    if std::env::var_os("SLUICETEST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_test_writer()
+            .try_init();
+    }
     let server = Server::bind(config.clone()).await.expect("bind");
     let broker = Arc::clone(server.broker());
     let (stop, rx) = oneshot::channel::<()>();

@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `server` | here | kafka-server-start.sh (single node, zero config) |
 //! | `topic create\|list\|describe\|alter\|delete` | [`topic`] | kafka-topics.sh |
+//! | `cluster describe` | [`cluster`] | kafka-cluster.sh, kafka-metadata-quorum.sh describe |
 //! | `produce` | [`produce`] | kafka-console-producer.sh |
 //! | `consume` | [`consume`] | kafka-console-consumer.sh |
 //! | `group list\|describe\|reset-offsets\|delete` | [`group`] | kafka-consumer-groups.sh |
@@ -15,6 +16,7 @@
 //! and exits non-zero (clap's usage errors exit 2). Reference: docs/cli.md.
 
 mod client_args;
+mod cluster;
 mod consume;
 mod dump_log;
 mod group;
@@ -50,6 +52,9 @@ enum Command {
     DumpLog(dump_log::DumpLogArgs),
     /// Create, list, describe, alter and delete topics, like kafka-topics.sh.
     Topic(topic::TopicArgs),
+    /// Describe the brokers and the metadata quorum, like kafka-cluster.sh
+    /// and kafka-metadata-quorum.sh describe.
+    Cluster(cluster::ClusterArgs),
     /// Send each line of stdin as a record, like kafka-console-producer.sh.
     Produce(produce::ProduceArgs),
     /// Print records of a topic, like kafka-console-consumer.sh.
@@ -136,6 +141,7 @@ fn main() -> std::process::ExitCode {
         Command::Server(args) => run_server(&args),
         Command::DumpLog(args) => dump_log::run(&args),
         Command::Topic(args) => topic::run(&args),
+        Command::Cluster(args) => cluster::run(&args),
         Command::Produce(args) => produce::run(&args),
         Command::Consume(args) => consume::run(&args),
         Command::Group(args) => group::run(&args),

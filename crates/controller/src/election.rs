@@ -6,6 +6,18 @@
 //! epoch; with none, the partition has no leader (-1) until an ISR member
 //! comes back (`unclean.leader.election.enable` is off). An unfenced broker
 //! leads the leaderless partitions whose ISR holds it.
+//!
+//! Elections asked for (ElectLeaders) and the automatic preferred-leader
+//! rebalance follow Kafka's `PartitionChangeBuilder`: a PREFERRED election
+//! makes the first replica leader when it is in the ISR and not fenced; an
+//! UNCLEAN one gives a leaderless partition a leader from its ISR, else
+//! from any live replica (its ISR then shrinks to that replica).
+//!
+//! Controlled shutdown (Kafka's `handleBrokerInControlledShutdown`): the
+//! broker is marked in controlled shutdown and, in the same change, leaves
+//! the ISRs and hands its leaderships over exactly as if it were fenced; a
+//! broker in controlled shutdown is never elected and never elected again
+//! on its own partitions until it registers anew (a restart).
 
 use crate::image::MetadataImage;
 use crate::records::MetadataRecord;
@@ -14,8 +26,20 @@ use crate::records::MetadataRecord;
 /// unfenced, computed on `image` with the session change applied. Each
 /// change bumps the partition epoch.
 pub fn on_broker_session(image: &MetadataImage, broker: i32, fenced: bool) -> Vec<MetadataRecord> {
-    let usable = |id: i32| id != broker && image.broker(id).is_some_and(|b| !b.fenced);
+    let usable = |id: i32| {
+        id != broker
+            && image
+                .broker(id)
+                .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
+    };
     let mut out = Vec::new();
+    if !fenced
+        && image
+            .broker(broker)
+            .is_some_and(|b| b.in_controlled_shutdown)
+    {
+        return out;
+    }
     for t in image.topics() {
         for (&partition_id, p) in &t.partitions {
             let (isr, leader, leader_epoch) = if fenced {
@@ -57,6 +81,127 @@ pub fn on_broker_session(image: &MetadataImage, broker: i32, fenced: bool) -> Ve
         }
     }
     out
+}
+
+/// Which election ElectLeaders asks for (Kafka's `ElectionType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElectionType {
+    /// 0: the first replica, if it may lead.
+    Preferred,
+    /// 1: any leader for a partition without one, out of the ISR if need be.
+    Unclean,
+}
+
+impl ElectionType {
+    /// The wire value's type; `None` for an unknown one.
+    pub fn from_wire(v: i8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Preferred),
+            1 => Some(Self::Unclean),
+            _ => None,
+        }
+    }
+}
+
+/// Why an election changes nothing (Kafka's errors for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoElection {
+    /// ELECTION_NOT_NEEDED: the preferred replica leads already, or (unclean)
+    /// the partition has a leader.
+    NotNeeded,
+    /// PREFERRED_LEADER_NOT_AVAILABLE: the first replica is out of the ISR
+    /// or fenced.
+    PreferredNotAvailable,
+    /// ELIGIBLE_LEADERS_NOT_AVAILABLE: no live replica at all.
+    EligibleNotAvailable,
+}
+
+/// The change `kind` of election makes to partition `partition_id` of
+/// topic `topic` (by name), or why it makes none.
+pub fn elect(
+    image: &MetadataImage,
+    topic: &str,
+    partition_id: i32,
+    kind: ElectionType,
+) -> Option<Result<MetadataRecord, NoElection>> {
+    let t = image.topic(topic)?;
+    let p = t.partitions.get(&partition_id)?;
+    let live = |id: i32| {
+        image
+            .broker(id)
+            .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
+    };
+    let change = |leader: i32, isr: Vec<i32>| MetadataRecord::Partition {
+        partition_id,
+        topic_id: t.id,
+        replicas: p.replicas.clone(),
+        isr,
+        leader,
+        leader_epoch: p.leader_epoch + 1,
+        partition_epoch: p.partition_epoch + 1,
+    };
+    let preferred = p.replicas.first().copied().unwrap_or(-1);
+    Some(match kind {
+        ElectionType::Preferred if p.leader == preferred => Err(NoElection::NotNeeded),
+        ElectionType::Preferred if p.isr.contains(&preferred) && live(preferred) => {
+            Ok(change(preferred, p.isr.clone()))
+        }
+        ElectionType::Preferred => Err(NoElection::PreferredNotAvailable),
+        ElectionType::Unclean if p.leader >= 0 => Err(NoElection::NotNeeded),
+        ElectionType::Unclean => {
+            if let Some(&l) = p.replicas.iter().find(|&&r| p.isr.contains(&r) && live(r)) {
+                Ok(change(l, p.isr.clone()))
+            } else if let Some(&l) = p.replicas.iter().find(|&&r| live(r)) {
+                Ok(change(l, vec![l]))
+            } else {
+                Err(NoElection::EligibleNotAvailable)
+            }
+        }
+    })
+}
+
+/// Preferred-leader elections for every partition led by another replica
+/// than its first while the first may lead (`auto.leader.rebalance.enable`,
+/// Kafka's `maybeBalancePartitionLeaders`), at most `max` of them.
+pub fn rebalance(image: &MetadataImage, max: usize) -> Vec<MetadataRecord> {
+    let mut out = Vec::new();
+    for t in image.topics() {
+        for &p in t.partitions.keys() {
+            if out.len() >= max {
+                return out;
+            }
+            if let Some(Ok(r)) = elect(image, &t.name, p, ElectionType::Preferred) {
+                out.push(r);
+            }
+        }
+    }
+    out
+}
+
+/// The change that puts registered `broker` into controlled shutdown:
+/// the mark (unless already there), then its ISR and leadership moves
+/// (those of [`on_broker_session`] for a fenced broker). Empty once there
+/// is nothing left to do; `None` if `broker` is not registered.
+pub fn on_controlled_shutdown(image: &MetadataImage, broker: i32) -> Option<Vec<MetadataRecord>> {
+    let b = image.broker(broker)?;
+    let mut records = Vec::new();
+    let mut next;
+    let image = if b.in_controlled_shutdown {
+        image
+    } else {
+        let mark = MetadataRecord::BrokerRegistrationChange {
+            broker_id: broker,
+            broker_epoch: b.epoch,
+            fenced: 0,
+            in_controlled_shutdown: 1,
+        };
+        next = image.clone();
+        next.apply(&mark);
+        records.push(mark);
+        &next
+    };
+    records.extend(on_broker_session(image, broker, true));
+    Some(records)
 }
 
 #[cfg(test)]
@@ -101,6 +246,7 @@ mod tests {
             broker_id: id,
             broker_epoch: 1,
             fenced: if fenced { 1 } else { -1 },
+            in_controlled_shutdown: 0,
         });
     }
 
@@ -156,5 +302,112 @@ mod tests {
             .map(state)
             .collect();
         assert_eq!(changes, vec![(vec![2], 2, 5, 7)]);
+    }
+
+    #[test]
+    fn preferred_and_unclean_elections() {
+        // Led by 2 with 1 (preferred) in the ISR; led by 2 with 1 out of
+        // it; led by 1 already; leaderless with an empty-of-live ISR.
+        let mut img = image(&[
+            (&[1, 2, 3], &[1, 2, 3], 2),
+            (&[1, 2, 3], &[2, 3], 2),
+            (&[1, 2, 3], &[1, 2], 1),
+            (&[3, 2, 1], &[3], -1),
+        ]);
+        let kind = ElectionType::Preferred;
+        let r = elect(&img, "t", 0, kind)
+            .expect("partition")
+            .expect("elected");
+        assert_eq!(state(&r), (vec![1, 2, 3], 1, 4, 6));
+        assert_eq!(
+            elect(&img, "t", 1, kind),
+            Some(Err(NoElection::PreferredNotAvailable))
+        );
+        assert_eq!(elect(&img, "t", 2, kind), Some(Err(NoElection::NotNeeded)));
+        assert_eq!(elect(&img, "t", 9, kind), None);
+        // Partitions 0 and 3 (leaderless, its first replica in the ISR).
+        assert_eq!(rebalance(&img, 10).len(), 2);
+        assert_eq!(rebalance(&img, 1).len(), 1);
+        // Unclean: a leader from outside the ISR when the ISR is down.
+        let kind = ElectionType::Unclean;
+        assert_eq!(elect(&img, "t", 0, kind), Some(Err(NoElection::NotNeeded)));
+        fence(&mut img, 3, true);
+        let r = elect(&img, "t", 3, kind)
+            .expect("partition")
+            .expect("elected");
+        assert_eq!(state(&r), (vec![2], 2, 4, 6));
+        for id in 1..=2 {
+            fence(&mut img, id, true);
+        }
+        assert_eq!(
+            elect(&img, "t", 3, kind),
+            Some(Err(NoElection::EligibleNotAvailable))
+        );
+        // A fenced preferred replica is not available.
+        assert_eq!(
+            elect(&img, "t", 0, ElectionType::Preferred),
+            Some(Err(NoElection::PreferredNotAvailable))
+        );
+    }
+
+    #[test]
+    fn controlled_shutdown_marks_the_broker_and_moves_what_it_leads() {
+        let mut img = image(&[
+            (&[1, 2, 3], &[1, 2, 3], 1),
+            (&[2, 1, 3], &[2, 1, 3], 2),
+            (&[1], &[1], 1),
+            (&[2, 3], &[2, 3], 2),
+        ]);
+        let records = on_controlled_shutdown(&img, 1).expect("registered");
+        assert_eq!(
+            records[0],
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id: 1,
+                broker_epoch: 1,
+                fenced: 0,
+                in_controlled_shutdown: 1,
+            }
+        );
+        let changes: Vec<_> = records[1..].iter().map(state).collect();
+        assert_eq!(
+            changes,
+            vec![
+                // Led by 1: the next ISR member leads, 1 leaves the ISR.
+                (vec![2, 3], 2, 4, 6),
+                // Followed by 1: it leaves the ISR.
+                (vec![2, 3], 2, 3, 6),
+                // 1 is its only replica: no leader while 1 is away.
+                (vec![1], -1, 4, 6),
+            ]
+        );
+        for r in &records {
+            img.apply(r);
+        }
+        assert!(img.broker(1).expect("1").in_controlled_shutdown);
+        // Done: nothing more to change; and 1 is not elected again.
+        assert_eq!(on_controlled_shutdown(&img, 1), Some(Vec::new()));
+        fence(&mut img, 2, true);
+        let changes: Vec<_> = on_broker_session(&img, 2, true).iter().map(state).collect();
+        assert_eq!(
+            changes,
+            vec![(vec![3], 3, 5, 7), (vec![3], 3, 4, 7), (vec![3], 3, 4, 6)]
+        );
+        // Still in controlled shutdown: not elected for its own partition;
+        // registered again (a restart), it leads it.
+        assert!(on_broker_session(&img, 1, false).is_empty());
+        img.apply(&MetadataRecord::RegisterBroker {
+            broker_id: 1,
+            incarnation_id: Uuid::from_u128(11),
+            broker_epoch: 2,
+            endpoints: Vec::new(),
+            rack: None,
+            fenced: false,
+        });
+        let changes: Vec<_> = on_broker_session(&img, 1, false)
+            .iter()
+            .map(state)
+            .collect();
+        assert_eq!(changes, vec![(vec![1], 1, 5, 7)]);
+        assert_eq!(on_controlled_shutdown(&img, 9), None);
     }
 }

@@ -15,6 +15,9 @@ pub struct BrokerRegistration {
     pub endpoints: Vec<BrokerEndpoint>,
     pub rack: Option<String>,
     pub fenced: bool,
+    /// In controlled shutdown (Kafka's `BrokerRegistration.inControlledShutdown`):
+    /// it leads nothing new and joins no ISR until it registers again.
+    pub in_controlled_shutdown: bool,
 }
 
 /// One partition's placement.
@@ -85,6 +88,7 @@ impl MetadataImage {
                         endpoints: endpoints.clone(),
                         rack: rack.clone(),
                         fenced: *fenced,
+                        in_controlled_shutdown: false,
                     },
                 );
             }
@@ -92,6 +96,7 @@ impl MetadataImage {
                 broker_id,
                 broker_epoch,
                 fenced,
+                in_controlled_shutdown,
             } => {
                 // Only for the registration it names (Kafka checks the
                 // epoch too).
@@ -104,6 +109,9 @@ impl MetadataImage {
                         1 => b.fenced = true,
                         -1 => b.fenced = false,
                         _ => {}
+                    }
+                    if *in_controlled_shutdown == 1 {
+                        b.in_controlled_shutdown = true;
                     }
                 }
             }
@@ -226,18 +234,25 @@ impl MetadataImage {
     /// name ""), then the next producer id once one was handed out (broker
     /// id and epoch -1, as Kafka's `ProducerIdsImage.write`).
     pub fn to_records(&self) -> Vec<MetadataRecord> {
-        let mut out: Vec<MetadataRecord> = self
-            .brokers
-            .values()
-            .map(|b| MetadataRecord::RegisterBroker {
+        let mut out: Vec<MetadataRecord> = Vec::new();
+        for b in self.brokers.values() {
+            out.push(MetadataRecord::RegisterBroker {
                 broker_id: b.id,
                 incarnation_id: b.incarnation_id,
                 broker_epoch: b.epoch,
                 endpoints: b.endpoints.clone(),
                 rack: b.rack.clone(),
                 fenced: b.fenced,
-            })
-            .collect();
+            });
+            if b.in_controlled_shutdown {
+                out.push(MetadataRecord::BrokerRegistrationChange {
+                    broker_id: b.id,
+                    broker_epoch: b.epoch,
+                    fenced: 0,
+                    in_controlled_shutdown: 1,
+                });
+            }
+        }
         for t in self.topics.values() {
             out.push(MetadataRecord::Topic {
                 name: t.name.clone(),
@@ -380,6 +395,7 @@ mod tests {
             broker_id: 2,
             broker_epoch: epoch,
             fenced,
+            in_controlled_shutdown: 0,
         };
         img.apply(&change(4, 1));
         assert!(!img.broker(2).expect("2").fenced);
@@ -387,6 +403,15 @@ mod tests {
         assert!(img.broker(2).expect("2").fenced);
         img.apply(&change(5, 0));
         assert!(img.broker(2).expect("2").fenced);
+        // Controlled shutdown is kept (snapshots too) until the broker
+        // registers again.
+        img.apply(&MetadataRecord::BrokerRegistrationChange {
+            broker_id: 1,
+            broker_epoch: 5,
+            fenced: 0,
+            in_controlled_shutdown: 1,
+        });
+        assert!(img.broker(1).expect("1").in_controlled_shutdown);
         img.apply(&MetadataRecord::Config {
             resource_type: RESOURCE_BROKER,
             resource_name: String::new(),

@@ -8,7 +8,7 @@
 //!
 //! | apiKey | record | fields (version 0) |
 //! |---:|---|---|
-//! | 17 | BrokerRegistrationChangeRecord | BrokerId, BrokerEpoch; tagged field 0: Fenced (int8: 1 fenced, -1 unfenced, 0 no change) |
+//! | 17 | BrokerRegistrationChangeRecord | BrokerId, BrokerEpoch; tagged field 0: Fenced (int8: 1 fenced, -1 unfenced, 0 no change); version 1 with tagged field 1: InControlledShutdown (int8: 1 in controlled shutdown) |
 //! | 0 | RegisterBrokerRecord | BrokerId, IncarnationId, BrokerEpoch, EndPoints (Name, Host, Port, SecurityProtocol), Features (none written; skipped on reading), Rack (nullable), Fenced |
 //! | 2 | TopicRecord | Name, TopicId |
 //! | 3 | PartitionRecord | PartitionId, TopicId, Replicas, Isr, RemovingReplicas, AddingReplicas, Leader, LeaderEpoch, PartitionEpoch |
@@ -49,11 +49,13 @@ pub enum MetadataRecord {
         rack: Option<String>,
         fenced: bool,
     },
-    /// A registered broker was fenced (`fenced` 1) or unfenced (-1).
+    /// A registered broker was fenced (`fenced` 1) or unfenced (-1), or
+    /// entered controlled shutdown (`in_controlled_shutdown` 1).
     BrokerRegistrationChange {
         broker_id: i32,
         broker_epoch: i64,
         fenced: i8,
+        in_controlled_shutdown: i8,
     },
     Topic {
         name: String,
@@ -106,7 +108,16 @@ impl MetadataRecord {
         let mut w = Vec::with_capacity(64);
         put_uvarint(&mut w, FRAME_VERSION);
         put_uvarint(&mut w, self.api_key());
-        put_uvarint(&mut w, 0);
+        // Version 1 of BrokerRegistrationChangeRecord carries
+        // InControlledShutdown; everything else is version 0.
+        let version = match self {
+            Self::BrokerRegistrationChange {
+                in_controlled_shutdown,
+                ..
+            } if *in_controlled_shutdown != 0 => 1,
+            _ => 0,
+        };
+        put_uvarint(&mut w, version);
         match self {
             Self::RegisterBroker {
                 broker_id,
@@ -135,17 +146,23 @@ impl MetadataRecord {
                 broker_id,
                 broker_epoch,
                 fenced,
+                in_controlled_shutdown,
             } => {
                 w.extend_from_slice(&broker_id.to_be_bytes());
                 w.extend_from_slice(&broker_epoch.to_be_bytes());
-                if *fenced != 0 {
-                    // One tagged field: tag 0, one byte.
+                // Tagged fields of one byte each, by tag: 0 Fenced,
+                // 1 InControlledShutdown.
+                let tagged: Vec<(u64, i8)> = [(0, *fenced), (1, *in_controlled_shutdown)]
+                    .into_iter()
+                    .filter(|(_, v)| *v != 0)
+                    .collect();
+                put_uvarint(&mut w, tagged.len() as u64);
+                for (tag, v) in tagged {
+                    put_uvarint(&mut w, tag);
                     put_uvarint(&mut w, 1);
-                    put_uvarint(&mut w, 0);
-                    put_uvarint(&mut w, 1);
-                    w.push(*fenced as u8);
-                    return w;
+                    w.push(v as u8);
                 }
+                return w;
             }
             Self::Topic { name, topic_id } => {
                 put_compact_str(&mut w, Some(name));
@@ -208,7 +225,8 @@ impl MetadataRecord {
         }
         let api_key = r.uvarint()?;
         let version = r.uvarint()?;
-        if version != 0 {
+        let newest = if api_key == 17 { 1 } else { 0 };
+        if version > newest {
             return Err(ControllerError::Record(format!(
                 "record type {api_key} version {version} is newer than this build reads"
             )));
@@ -255,18 +273,22 @@ impl MetadataRecord {
                 let broker_id = r.i32()?;
                 let broker_epoch = r.i64()?;
                 let mut fenced = 0i8;
+                let mut in_controlled_shutdown = 0i8;
                 for _ in 0..r.uvarint()? {
                     let tag = r.uvarint()?;
                     let len = r.uvarint()? as usize;
                     let v = r.take(len)?;
-                    if tag == 0 && len == 1 {
-                        fenced = v[0] as i8;
+                    match (tag, len) {
+                        (0, 1) => fenced = v[0] as i8,
+                        (1, 1) if version >= 1 => in_controlled_shutdown = v[0] as i8,
+                        _ => {}
                     }
                 }
                 return Ok(Self::BrokerRegistrationChange {
                     broker_id,
                     broker_epoch,
                     fenced,
+                    in_controlled_shutdown,
                 });
             }
             2 => Self::Topic {
@@ -533,16 +555,31 @@ mod tests {
                 broker_id: 2,
                 broker_epoch: 77,
                 fenced: 1,
+                in_controlled_shutdown: 0,
             },
             MetadataRecord::BrokerRegistrationChange {
                 broker_id: 2,
                 broker_epoch: 77,
                 fenced: 0,
+                in_controlled_shutdown: 0,
             },
             MetadataRecord::BrokerRegistrationChange {
                 broker_id: 2,
                 broker_epoch: 77,
                 fenced: -1,
+                in_controlled_shutdown: 0,
+            },
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id: 2,
+                broker_epoch: 77,
+                fenced: 0,
+                in_controlled_shutdown: 1,
+            },
+            MetadataRecord::BrokerRegistrationChange {
+                broker_id: 2,
+                broker_epoch: 77,
+                fenced: 1,
+                in_controlled_shutdown: 1,
             },
             MetadataRecord::RegisterBroker {
                 broker_id: 2,

@@ -90,6 +90,10 @@ settings! {
     log_cleaner_backoff_ms: i64 = "log.cleaner.backoff.ms";
     /// `log.cleaner.dedupe.buffer.size`
     log_cleaner_dedupe_buffer_size: i64 = "log.cleaner.dedupe.buffer.size";
+    /// `auto.leader.rebalance.enable`
+    auto_leader_rebalance_enable: bool = "auto.leader.rebalance.enable";
+    /// `leader.imbalance.check.interval.seconds`
+    leader_imbalance_check_interval_seconds: i64 = "leader.imbalance.check.interval.seconds";
     /// `offsets.topic.num.partitions`
     offsets_topic_num_partitions: i32 = "offsets.topic.num.partitions";
     /// `offsets.topic.replication.factor`

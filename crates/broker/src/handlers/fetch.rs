@@ -12,8 +12,7 @@
 //! partition answers Kafka's NOT_LEADER_OR_FOLLOWER (or a leader-epoch
 //! error when the fetch names an epoch). A consumer's
 //! `current_leader_epoch` is checked too (FENCED_LEADER_EPOCH,
-//! UNKNOWN_LEADER_EPOCH); NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH
-//! carry the current leader (KIP-951: v12+, its endpoint v16+).
+//! UNKNOWN_LEADER_EPOCH).
 //!
 //! Fetch sessions (KIP-227, `crate::fetch_session`) decide which partitions
 //! are read (an incremental request reads every partition of its session)
@@ -34,7 +33,7 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use proto_kafka::messages::fetch_response::{
-    AbortedTransaction, FetchableTopicResponse, NodeEndpoint, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
 use proto_kafka::messages::{
     BrokerId, FetchRequest, FetchResponse, ProducerId, ResponseHeader, TopicName,
@@ -200,32 +199,51 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Res
             pd.records = Some(placeholder_buffer().slice(0..region.length as usize));
             regions.push(region);
         }
+        if ctx.version >= 12 && super::leader_hints::wants_hint(pd.error_code) {
+            add_leader_hint(broker, ctx.version, &mut resp, &p.key.topic, &mut pd);
+        }
         if let Some(tr) = resp.responses.last_mut() {
             tr.partitions.push(pd);
         }
     }
-    if ctx.version >= 16 {
-        // KIP-951: the endpoints of the leaders named in hints.
-        let leaders: std::collections::BTreeSet<i32> = resp
-            .responses
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .map(|p| p.current_leader.leader_id.0)
-            .filter(|id| *id >= 0)
-            .collect();
-        resp.node_endpoints = super::metadata::hinted_endpoints(broker, &leaders)
-            .into_iter()
-            .map(|b| {
-                let mut e = NodeEndpoint::default();
-                e.node_id = BrokerId(b.id);
-                e.host = StrBytes::from_string(b.host);
-                e.port = b.port;
-                e.rack = b.rack.map(StrBytes::from_string);
-                e
-            })
-            .collect();
-    }
     encode(ctx, resp, regions)
+}
+
+/// KIP-951: a partition refused as not led here names its leader (v12+),
+/// whose endpoint the response carries (v16+).
+fn add_leader_hint(
+    broker: &Broker,
+    version: i16,
+    resp: &mut FetchResponse,
+    topic: &TopicKey,
+    pd: &mut PartitionData,
+) {
+    use proto_kafka::messages::fetch_response::{LeaderIdAndEpoch, NodeEndpoint};
+    let name = match topic {
+        TopicKey::Name(n) => Some(n.clone()),
+        TopicKey::Id(id) => broker
+            .image()
+            .topics()
+            .find(|t| t.id == *id)
+            .map(|t| t.name.clone()),
+    };
+    let Some(name) = name else { return };
+    let ((leader, epoch), endpoint) =
+        super::leader_hints::leader_of(broker, &name, pd.partition_index);
+    let mut hint = LeaderIdAndEpoch::default();
+    hint.leader_id = BrokerId(leader);
+    hint.leader_epoch = epoch;
+    pd.current_leader = hint;
+    if let (true, Some(b)) = (version >= 16, endpoint) {
+        if !resp.node_endpoints.iter().any(|e| e.node_id.0 == b.id) {
+            let mut e = NodeEndpoint::default();
+            e.node_id = BrokerId(b.id);
+            e.host = StrBytes::from_string(b.host);
+            e.port = b.port;
+            e.rack = b.rack.map(StrBytes::from_string);
+            resp.node_endpoints.push(e);
+        }
+    }
 }
 
 /// The request's partitions, topics named by id from v13.
@@ -427,19 +445,7 @@ fn read_partition(
         }
     });
     match log {
-        Err(e) => {
-            pd.error_code = e.code();
-            // KIP-951: where the partition's leader is now.
-            if super::metadata::wants_leader_hint(pd.error_code) {
-                if let Some((leader, epoch)) = name
-                    .ok()
-                    .and_then(|n| super::metadata::leader_hint(broker, n, p.key.partition))
-                {
-                    pd.current_leader.leader_id = BrokerId(leader);
-                    pd.current_leader.leader_epoch = epoch;
-                }
-            }
-        }
+        Err(e) => pd.error_code = e.code(),
         Ok(log) => {
             let max = i64::from(p.max_bytes.max(0)).min(budget);
             match log.read(p.fetch_offset, max as u64, opts.limit, first) {

@@ -79,36 +79,6 @@ pub(crate) fn handle(broker: &Arc<Broker>, req: MetadataRequest, ctx: &Ctx) -> M
     resp
 }
 
-/// KIP-951's current-leader hint for a partition this node answered
-/// NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH for: its leader and
-/// leader epoch as this node's metadata image has them (`None` when the
-/// topic is unknown or the partition has no leader).
-pub(crate) fn leader_hint(broker: &Broker, topic: &str, partition: i32) -> Option<(i32, i32)> {
-    let image = broker.image();
-    let p = image.topic(topic)?.partitions.get(&partition)?;
-    (p.leader >= 0).then_some((p.leader, p.leader_epoch))
-}
-
-/// Whether an error code is one KIP-951 answers with a leader hint.
-pub(crate) fn wants_leader_hint(code: i16) -> bool {
-    code == ResponseError::NotLeaderOrFollower.code()
-        || code == ResponseError::FencedLeaderEpoch.code()
-}
-
-/// The endpoints (as Metadata lists them) of the brokers `ids` named in
-/// leader hints: KIP-951's `node_endpoints`, so a client can reach a
-/// leader it did not know yet.
-pub(crate) fn hinted_endpoints(
-    broker: &Broker,
-    ids: &std::collections::BTreeSet<i32>,
-) -> Vec<crate::broker::ClusterBroker> {
-    broker
-        .cluster_brokers()
-        .into_iter()
-        .filter(|b| ids.contains(&b.id))
-        .collect()
-}
-
 fn all_topics(
     broker: &Broker,
     image: &sluice_controller::MetadataImage,

@@ -14,15 +14,13 @@
 //! carry no message. The log start offset (v5+) is filled unless the error is
 //! one Kafka answers without append info (unknown partition, not leader,
 //! too large, corrupt, storage error, or a request-level check).
-//! NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH carry the current leader
-//! and its endpoint (KIP-951, v10+).
 
 use std::sync::Arc;
 
 use proto_kafka::messages::produce_response::{
-    BatchIndexAndErrorMessage, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
-use proto_kafka::messages::{BrokerId, ProduceRequest, ProduceResponse};
+use proto_kafka::messages::{ProduceRequest, ProduceResponse};
 use proto_kafka::protocol::StrBytes;
 use proto_kafka::ResponseError;
 use sluice_protocol::record::{BatchIter, Compression};
@@ -154,37 +152,35 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx)
     }
 }
 
-/// KIP-951 (v10+): partitions refused with NOT_LEADER_OR_FOLLOWER or
-/// FENCED_LEADER_EPOCH carry the leader and epoch this node knows, and the
-/// response the endpoints of those leaders, so the producer can retry
-/// there without waiting for a metadata refresh.
+/// KIP-951: partitions refused as not led here name their leader, whose
+/// endpoint the response carries.
 fn add_leader_hints(broker: &Broker, resp: &mut ProduceResponse) {
-    let mut leaders = std::collections::BTreeSet::new();
+    use proto_kafka::messages::produce_response::{LeaderIdAndEpoch, NodeEndpoint};
+    use proto_kafka::messages::BrokerId;
     for t in &mut resp.responses {
+        let topic = t.name.0.to_string();
         for p in &mut t.partition_responses {
-            if !super::metadata::wants_leader_hint(p.error_code) {
+            if !super::leader_hints::wants_hint(p.error_code) {
                 continue;
             }
-            if let Some((leader, epoch)) =
-                super::metadata::leader_hint(broker, t.name.0.as_str(), p.index)
-            {
-                p.current_leader.leader_id = BrokerId(leader);
-                p.current_leader.leader_epoch = epoch;
-                leaders.insert(leader);
+            let ((leader, epoch), endpoint) =
+                super::leader_hints::leader_of(broker, &topic, p.index);
+            let mut hint = LeaderIdAndEpoch::default();
+            hint.leader_id = BrokerId(leader);
+            hint.leader_epoch = epoch;
+            p.current_leader = hint;
+            if let Some(b) = endpoint {
+                if !resp.node_endpoints.iter().any(|e| e.node_id.0 == b.id) {
+                    let mut e = NodeEndpoint::default();
+                    e.node_id = BrokerId(b.id);
+                    e.host = StrBytes::from_string(b.host);
+                    e.port = b.port;
+                    e.rack = b.rack.map(StrBytes::from_string);
+                    resp.node_endpoints.push(e);
+                }
             }
         }
     }
-    resp.node_endpoints = super::metadata::hinted_endpoints(broker, &leaders)
-        .into_iter()
-        .map(|b| {
-            let mut e = NodeEndpoint::default();
-            e.node_id = BrokerId(b.id);
-            e.host = StrBytes::from_string(b.host);
-            e.port = b.port;
-            e.rack = b.rack.map(StrBytes::from_string);
-            e
-        })
-        .collect();
 }
 
 /// How one partition failed, with what Kafka puts in its response.

@@ -227,3 +227,51 @@ async fn acks_all_waits_for_the_isr_and_answers_kafkas_errors() {
     }
     assert_eq!(p.log().log_end_offset(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_all_waiters_answer_not_leader_when_the_leadership_moves() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = open_broker(dir.path(), &[]);
+    broker.create_topic("t", 1, 1, &[], false).expect("topic");
+    let p = broker.partition("t", 0).expect("led");
+    let me = broker.node_id;
+    let topic = broker.image().topic("t").expect("t").clone();
+    let mut state = topic.partitions[&0].clone();
+    state.replicas = vec![me, 2];
+    state.isr = vec![me, 2];
+    state.leader_epoch = 1;
+    p.update(&state);
+    let info = p
+        .append(batch(b"a"), AppendOrigin::Client, Acks::All)
+        .await
+        .expect("an ISR of two");
+    let waiter = {
+        let p = Arc::clone(&p);
+        tokio::spawn(async move {
+            let far = tokio::time::Instant::now() + Duration::from_secs(60);
+            p.wait_replicated(info.last_offset + 1, far).await
+        })
+    };
+    // Broker 2 leads now (the image a controlled shutdown or a fencing
+    // commits): this node's partition layer drops the partition.
+    let mut image = (*broker.image()).clone();
+    image.apply(&sluice_controller::MetadataRecord::Partition {
+        partition_id: 0,
+        topic_id: topic.id,
+        replicas: vec![me, 2],
+        isr: vec![2],
+        leader: 2,
+        leader_epoch: 2,
+        partition_epoch: state.partition_epoch + 1,
+    });
+    broker
+        .partitions
+        .sync(&image, me, 30_000, |tp| broker.logs.get(tp));
+    assert!(broker.partitions.get("t", 0).is_none());
+    assert_eq!(
+        waiter.await.expect("waiter"),
+        Err(ResponseError::NotLeaderOrFollower)
+    );
+    drop(p);
+    broker.shutdown().expect("shutdown");
+}

@@ -14,7 +14,7 @@ use crate::broker::Broker;
 use crate::partition::{Acks, AppendError};
 use crate::test_quorum::{cluster, eventually, node, one_cluster_at_a_time, start, Node};
 
-fn batch(value: &str) -> Vec<u8> {
+pub(crate) fn batch(value: &str) -> Vec<u8> {
     let mut b = BatchBuilder::new(Compression::None, 1);
     b.push(Record::new(
         Some(b"k".to_vec()),
@@ -25,7 +25,7 @@ fn batch(value: &str) -> Vec<u8> {
 }
 
 /// Every byte of `log` from its start to its end.
-fn raw(log: &Log) -> Vec<u8> {
+pub(crate) fn raw(log: &Log) -> Vec<u8> {
     let mut out = Vec::new();
     let mut at = log.log_start_offset();
     while at < log.log_end_offset() {
@@ -48,11 +48,11 @@ fn raw(log: &Log) -> Vec<u8> {
     out
 }
 
-fn log_of(b: &Broker) -> Arc<Log> {
+pub(crate) fn log_of(b: &Broker) -> Arc<Log> {
     b.logs.get(&TopicPartition::new("r", 0)).expect("log")
 }
 
-fn isr(b: &Broker) -> Vec<i32> {
+pub(crate) fn isr(b: &Broker) -> Vec<i32> {
     b.image()
         .topic("r")
         .and_then(|t| t.partitions.get(&0).map(|p| p.isr.clone()))
@@ -61,7 +61,7 @@ fn isr(b: &Broker) -> Vec<i32> {
 
 /// An acks=all produce of one record on the leader: its end offset, or the
 /// error code.
-async fn produce(leader: &Broker, value: &str) -> Result<i64, ResponseError> {
+pub(crate) async fn produce(leader: &Broker, value: &str) -> Result<i64, ResponseError> {
     let p = leader.partition("r", 0).expect("led");
     let info = match p
         .append(batch(value), AppendOrigin::Client, Acks::All)
@@ -77,7 +77,7 @@ async fn produce(leader: &Broker, value: &str) -> Result<i64, ResponseError> {
 }
 
 /// Topic `r`: one partition, replication factor 3, min.insync.replicas 2.
-async fn create_r(nodes: &[Option<Node>]) -> sluice_controller::PartitionImage {
+pub(crate) async fn create_r(nodes: &[Option<Node>]) -> sluice_controller::PartitionImage {
     let creator = node(nodes, 2);
     let topic = tokio::task::spawn_blocking(move || {
         creator.create_topic(
@@ -109,7 +109,7 @@ fn pause(nodes: &[Option<Node>], id: i32, paused: bool) {
 }
 
 /// The partition's state in `b`'s image.
-fn state_in(b: &Broker) -> sluice_controller::PartitionImage {
+pub(crate) fn state_in(b: &Broker) -> sluice_controller::PartitionImage {
     b.image()
         .topic("r")
         .and_then(|t| t.partitions.get(&0).cloned())
@@ -179,6 +179,7 @@ async fn three_replicas_follow_the_leader_and_the_isr_follows_them() {
     pause(&nodes, f1, true);
     eventually("the leader alone in the ISR", || {
         isr(&leader) == vec![leader_id]
+            && leader.partition("r", 0).is_some_and(|p| p.isr_len() == 1)
     })
     .await;
     let before = leader_log.log_end_offset();

@@ -69,12 +69,14 @@ impl Broker {
                     if state.leader == self.node_id
                         && state.leader_epoch == proposal.leader_epoch
                         && state.partition_epoch == proposal.partition_epoch
-                        // A fenced broker never joins (Kafka's
+                        // A fenced broker, or one in controlled
+                        // shutdown, never joins (Kafka's
                         // INELIGIBLE_REPLICA).
-                        && proposal
-                            .isr
-                            .iter()
-                            .all(|r| state.isr.contains(r) || self.is_broker(*r)) =>
+                        && proposal.isr.iter().all(|r| {
+                            state.isr.contains(r)
+                                || (self.is_broker(*r)
+                                    && !image.broker(*r).is_some_and(|b| b.in_controlled_shutdown))
+                        }) =>
                 {
                     // The ISR in replica order.
                     let isr: Vec<i32> = state

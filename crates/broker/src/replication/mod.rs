@@ -14,16 +14,20 @@
 //! Wired in (design 019): the partition layer ([`crate::partition`]) keeps
 //! a [`leader::LeaderState`] per led partition, `fetcher` is the follower
 //! side (Fetch as a replica, truncation with OffsetForLeaderEpoch), `isr`
-//! sends the leader's ISR changes through the metadata quorum, and
-//! `placement` places new replicas.
+//! sends the leader's ISR changes through the metadata quorum,
+//! `placement` places new replicas, and `rebalance` moves leaderships back
+//! to preferred replicas.
 
 pub(crate) mod fetcher;
 pub(crate) mod follower;
 pub(crate) mod isr;
 pub(crate) mod leader;
 pub(crate) mod placement;
+pub(crate) mod rebalance;
 
 #[cfg(test)]
-mod cluster_tests;
+pub(crate) mod cluster_tests;
+#[cfg(test)]
+mod election_tests;
 #[cfg(test)]
 mod sim_tests;

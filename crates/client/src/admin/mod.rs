@@ -8,7 +8,9 @@
 //! - committed offsets of groups ([`group_offsets`]): list, alter and
 //!   delete them;
 //! - records ([`records`]): list offsets by time (earliest, latest, a
-//!   timestamp, the max timestamp) and delete records below an offset.
+//!   timestamp, the max timestamp) and delete records below an offset;
+//! - the metadata quorum ([`quorum`]): its leader, epoch, high watermark
+//!   and voters.
 //!
 //! Requests go at the highest version both this client and the broker
 //! support (ApiVersions negotiation). Failures reported by the broker come
@@ -48,11 +50,13 @@ use crate::error::{ClientError, Result};
 
 pub mod group_offsets;
 pub mod groups;
+pub mod quorum;
 pub mod records;
 pub mod topics;
 
 pub use group_offsets::OffsetAndMetadata;
 pub use groups::{GroupDescription, GroupListing, MemberDescription};
+pub use quorum::{QuorumEndpoint, QuorumInfo, ReplicaState};
 pub use records::{IsolationLevel, ListOffsetsResultInfo, OffsetSpec};
 pub use topics::{ClusterDescription, ConfigEntry, NewTopic};
 

@@ -393,6 +393,15 @@ impl LogStore {
             .or_else(|| i.snapshot_ends.get(&index).copied())
     }
 
+    /// Index of the last entry of the log (kept or purged), if any.
+    pub fn last_index(&self) -> Option<u64> {
+        let i = lock(&self.inner);
+        i.entries
+            .last_key_value()
+            .map(|(&index, _)| index)
+            .or(i.state.purged.map(|p| p.index))
+    }
+
     /// Records that a snapshot ends (exclusively) at `end_offset` after
     /// the entry `index`, for a later purge up to it.
     pub fn note_snapshot_end(&self, index: u64, end_offset: i64) {

@@ -11,6 +11,7 @@
 
 pub mod backend;
 pub mod codec;
+pub mod describe;
 pub mod log_store;
 pub mod network;
 pub mod proposer;
@@ -33,6 +34,7 @@ use crate::error::{ControllerError, Result};
 use crate::image::MetadataImage;
 use crate::records::MetadataRecord;
 use crate::store::MetadataLogConfig;
+use describe::{Describer, QuorumDescription};
 use log_store::LogStore;
 use network::{CallError, Network, Peer};
 use proposer::{ProposeError, Proposer};
@@ -134,6 +136,7 @@ pub struct MetadataQuorum {
     sm: StateMachine,
     log: LogStore,
     proposer: Arc<Proposer>,
+    describer: Arc<Describer>,
     voters: BTreeMap<NodeId, String>,
     request_timeout: Duration,
     server: JoinHandle<()>,
@@ -172,8 +175,11 @@ impl MetadataQuorum {
         }
         let raft_config = Arc::new(config.raft_config()?);
         let log = LogStore::open(data_dir, &config.log, Arc::clone(&clock))?;
-        let sm = StateMachine::open(log.clone(), clock)?;
-        let network = Network::default();
+        let sm = StateMachine::open(log.clone(), Arc::clone(&clock))?;
+        let network = Network {
+            log: Some(log.clone()),
+            ..Network::default()
+        };
         let liveness = Arc::clone(&network.liveness);
         let raft = Raft::new(
             config.node_id,
@@ -186,7 +192,20 @@ impl MetadataQuorum {
         .map_err(|e| ControllerError::Quorum(format!("starting Raft: {e}")))?;
         let jitter = tokio::spawn(break_split_votes(raft.clone(), config.election_timeout_ms));
         let proposer = Arc::new(Proposer::new(raft.clone(), sm.clone()));
-        let server = network::serve(listener, raft.clone(), Arc::clone(&proposer));
+        let describer = Arc::new(Describer {
+            node_id: config.node_id,
+            raft: raft.clone(),
+            log: log.clone(),
+            liveness: Arc::clone(&liveness),
+            voters: config.voters.clone(),
+            clock,
+        });
+        let server = network::serve(
+            listener,
+            raft.clone(),
+            Arc::clone(&proposer),
+            Arc::clone(&describer),
+        );
         let fencer = tokio::spawn(fence_silent_brokers(
             config.node_id,
             raft.clone(),
@@ -228,6 +247,7 @@ impl MetadataQuorum {
             sm,
             log,
             proposer,
+            describer,
             voters: config.voters,
             // A change waits out a failover: followers keep the old
             // leader's lease, then time out (up to twice the election
@@ -394,6 +414,35 @@ impl MetadataQuorum {
         }
     }
 
+    /// The quorum as its leader describes it (DescribeQuorum): this node's
+    /// own view when it leads, else the leader's, asked over the
+    /// CONTROLLER listener. Fails with [`ControllerError::NotController`]
+    /// when no leader answers within the request timeout plus four
+    /// election timeouts.
+    pub async fn describe(&self) -> Result<QuorumDescription> {
+        let deadline = Instant::now() + self.request_timeout;
+        let mut last_error = String::from("no quorum leader");
+        loop {
+            let leader = match self.describer.describe() {
+                Ok(d) => return Ok(d),
+                Err(leader) => leader,
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ControllerError::NotController(last_error));
+            }
+            if let Some(addr) = leader.and_then(|id| self.voters.get(&id).map(|a| (id, a))) {
+                let mut peer = Peer::new(addr.0, addr.1.clone());
+                match peer.describe(left).await {
+                    Ok(d) => return Ok(d),
+                    Err(e) => last_error = e.to_string(),
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            tokio::time::sleep(Duration::from_millis(50).min(left)).await;
+        }
+    }
+
     /// Builds a snapshot now (openraft purges the log below it, keeping
     /// `entries_kept_after_snapshot` entries).
     pub async fn snapshot_now(&self) -> Result<()> {
@@ -468,7 +517,9 @@ async fn fence_silent_brokers(
                 id == node_id || liveness.last_ack(id).is_some_and(|t| t.elapsed() < session);
             let fenced = match (b.fenced, alive) {
                 (false, false) => 1,
-                (true, true) => -1,
+                // Fenced at the end of its controlled shutdown: it stays
+                // fenced until it registers again.
+                (true, true) if !b.in_controlled_shutdown => -1,
                 (false, true) => {
                     // Registered again unfenced (a restart): it leads the
                     // leaderless partitions whose ISR holds it.
@@ -486,6 +537,7 @@ async fn fence_silent_brokers(
                 broker_id: b.id,
                 broker_epoch: b.epoch,
                 fenced,
+                in_controlled_shutdown: 0,
             };
             // With it, in the same batch: partitions it led get new
             // leaders, it leaves the ISRs (or leads leaderless ones again).

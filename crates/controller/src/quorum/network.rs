@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! frame    = size:int32 body               (size ≤ MAX_FRAME, checked first)
-//! request  = kind:int8 payload             (1 Vote, 2 AppendEntries, 3 InstallSnapshot, 4 Forward)
+//! request  = kind:int8 payload             (1 Vote, 2 AppendEntries, 3 InstallSnapshot, 4 Forward,
+//!                                           5 Describe)
 //! response = status:int8 payload           (0 ok, 1 error: message, 2 not the leader: leader id?,
 //!                                           3 rejected: reason:int8 message)
 //! ```
@@ -30,6 +31,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
 use super::codec::{CodecError, Reader, Writer};
+use super::describe::{Describer, QuorumDescription};
 use super::proposer::{ProposeError, Proposer};
 use super::{NodeId, Raft, TypeConfig};
 use crate::error::ControllerError;
@@ -50,6 +52,7 @@ const KIND_VOTE: u8 = 1;
 const KIND_APPEND: u8 = 2;
 const KIND_SNAPSHOT: u8 = 3;
 const KIND_FORWARD: u8 = 4;
+const KIND_DESCRIBE: u8 = 5;
 
 const STATUS_OK: u8 = 0;
 const STATUS_ERROR: u8 = 1;
@@ -158,23 +161,50 @@ fn decode_append_request(
 // ----------------------------------------------------------------- client
 
 /// When each peer last answered this node's AppendEntries (Raft's
-/// heartbeats): the leader's view of which voters are alive.
+/// heartbeats) and when it was last caught up: the leader's view of which
+/// voters are alive, and DescribeQuorum's LastFetchTimestamp and
+/// LastCaughtUpTimestamp (Kafka's `LeaderState.ReplicaState`).
 #[derive(Debug, Default)]
 pub struct Liveness {
-    last_ack: std::sync::Mutex<std::collections::HashMap<NodeId, std::time::Instant>>,
+    peers: std::sync::Mutex<std::collections::HashMap<NodeId, PeerTimes>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PeerTimes {
+    last_ack: std::time::Instant,
+    caught_up: Option<std::time::Instant>,
 }
 
 impl Liveness {
-    fn ack(&self, id: NodeId) {
-        self.last_ack
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, std::time::Instant::now());
+    /// `id` answered a request sent at `sent`; `caught_up` when it then
+    /// held every entry this node had when it sent the request.
+    fn ack(&self, id: NodeId, sent: std::time::Instant, caught_up: bool) {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        let e = peers.entry(id).or_insert(PeerTimes {
+            last_ack: now,
+            caught_up: None,
+        });
+        e.last_ack = now;
+        if caught_up {
+            e.caught_up = Some(e.caught_up.map_or(sent, |c| c.max(sent)));
+        }
     }
 
     /// When `id` last answered, if ever.
     pub fn last_ack(&self, id: NodeId) -> Option<std::time::Instant> {
-        self.last_ack
+        self.times(id).map(|t| t.last_ack)
+    }
+
+    /// The latest time at which `id` was known to hold every entry this
+    /// node had (the send time of a request it answered holding all of
+    /// them), if ever.
+    pub fn last_caught_up(&self, id: NodeId) -> Option<std::time::Instant> {
+        self.times(id).and_then(|t| t.caught_up)
+    }
+
+    fn times(&self, id: NodeId) -> Option<PeerTimes> {
+        self.peers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&id)
@@ -186,6 +216,8 @@ impl Liveness {
 #[derive(Debug, Clone, Default)]
 pub struct Network {
     pub liveness: Arc<Liveness>,
+    /// This node's log, to tell whether a peer is caught up.
+    pub log: Option<super::log_store::LogStore>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -194,6 +226,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
         let mut p = Peer::new(target, node.addr.clone());
         p.liveness = Some(Arc::clone(&self.liveness));
+        p.log = self.log.clone();
         p
     }
 }
@@ -231,6 +264,7 @@ pub struct Peer {
     addr: String,
     conn: Option<TcpStream>,
     liveness: Option<Arc<Liveness>>,
+    log: Option<super::log_store::LogStore>,
 }
 
 impl Peer {
@@ -240,6 +274,7 @@ impl Peer {
             addr,
             conn: None,
             liveness: None,
+            log: None,
         }
     }
 
@@ -368,6 +403,20 @@ impl Peer {
     }
 }
 
+impl Peer {
+    /// Asks this peer, the quorum leader, to describe the quorum.
+    pub async fn describe(&mut self, ttl: Duration) -> Result<QuorumDescription, CallError> {
+        let body = self.call(&[KIND_DESCRIBE], ttl).await?;
+        let mut r = Reader::new(&body);
+        QuorumDescription::decode(&mut r)
+            .and_then(|d| r.finish().map(|()| d))
+            .map_err(|e| CallError::Network {
+                addr: self.addr.clone(),
+                source: invalid(e),
+            })
+    }
+}
+
 // The error type is openraft's.
 #[allow(clippy::result_large_err)]
 fn decode_or<T, E: std::error::Error>(
@@ -388,6 +437,15 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let sent = std::time::Instant::now();
+        // The follower is caught up once it acknowledges everything this
+        // node had when the request left.
+        let leader_last = self.log.as_ref().and_then(|l| l.last_index());
+        let request_last = rpc
+            .entries
+            .last()
+            .map(|e| e.log_id.index)
+            .or(rpc.prev_log_id.map(|p| p.index));
         let mut w = Writer::default();
         w.u8(KIND_APPEND);
         w.vote(&rpc.vote);
@@ -403,7 +461,9 @@ impl RaftNetwork<TypeConfig> for Peer {
             .map_err(|e| self.rpc_error(e))?;
         let resp = decode_or(self, &body, decode_append_response)?;
         if let Some(l) = &self.liveness {
-            l.ack(self.target);
+            let caught_up =
+                matches!(resp, AppendEntriesResponse::Success) && request_last >= leader_last;
+            l.ack(self.target, sent, caught_up);
         }
         Ok(resp)
     }
@@ -460,7 +520,12 @@ impl RaftNetwork<TypeConfig> for Peer {
 /// Accepts controller connections on `listener` and serves them with
 /// `raft` (and forwarded changes with `proposer`) until the task is
 /// aborted.
-pub fn serve(listener: TcpListener, raft: Raft, proposer: Arc<Proposer>) -> JoinHandle<()> {
+pub fn serve(
+    listener: TcpListener,
+    raft: Raft,
+    proposer: Arc<Proposer>,
+    describer: Arc<Describer>,
+) -> JoinHandle<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
         loop {
@@ -479,8 +544,9 @@ pub fn serve(listener: TcpListener, raft: Raft, proposer: Arc<Proposer>) -> Join
             let _ = stream.set_nodelay(true);
             let raft = raft.clone();
             let proposer = Arc::clone(&proposer);
+            let describer = Arc::clone(&describer);
             tokio::spawn(async move {
-                if let Err(e) = serve_connection(stream, raft, proposer).await {
+                if let Err(e) = serve_connection(stream, raft, proposer, describer).await {
                     tracing::debug!(%peer, error = %e, "controller connection closed");
                 }
                 drop(slot);
@@ -489,14 +555,19 @@ pub fn serve(listener: TcpListener, raft: Raft, proposer: Arc<Proposer>) -> Join
     })
 }
 
-async fn serve_connection(mut s: TcpStream, raft: Raft, proposer: Arc<Proposer>) -> io::Result<()> {
+async fn serve_connection(
+    mut s: TcpStream,
+    raft: Raft,
+    proposer: Arc<Proposer>,
+    describer: Arc<Describer>,
+) -> io::Result<()> {
     loop {
         let frame = match tokio::time::timeout(IDLE_TIMEOUT, read_frame(&mut s, MAX_FRAME)).await {
             Err(_) => return Ok(()),
             Ok(r) => r?,
         };
         let Some(frame) = frame else { return Ok(()) };
-        let answer = handle(&frame, &raft, &proposer).await?;
+        let answer = handle(&frame, &raft, &proposer, &describer).await?;
         write_frame(&mut s, &answer).await?;
     }
 }
@@ -515,9 +586,27 @@ fn error(message: impl std::fmt::Display) -> Vec<u8> {
     w.buf
 }
 
+fn not_leader(leader: Option<NodeId>) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.u8(STATUS_NOT_LEADER);
+    match leader {
+        Some(id) => {
+            w.u8(1);
+            w.u64(id);
+        }
+        None => w.u8(0),
+    }
+    w.buf
+}
+
 /// Answers one request; a malformed one is an error (the connection is
 /// closed).
-async fn handle(frame: &[u8], raft: &Raft, proposer: &Proposer) -> io::Result<Vec<u8>> {
+async fn handle(
+    frame: &[u8],
+    raft: &Raft,
+    proposer: &Proposer,
+    describer: &Describer,
+) -> io::Result<Vec<u8>> {
     let Some((&kind, rest)) = frame.split_first() else {
         return Err(io::Error::new(io::ErrorKind::InvalidData, "empty request"));
     };
@@ -573,18 +662,7 @@ async fn handle(frame: &[u8], raft: &Raft, proposer: &Proposer) -> io::Result<Ve
             }
             match proposer.propose(records).await {
                 Ok((index, _)) => ok(|w| w.u64(index)),
-                Err(ProposeError::NotLeader(leader)) => {
-                    let mut w = Writer::default();
-                    w.u8(STATUS_NOT_LEADER);
-                    match leader {
-                        Some((id, _)) => {
-                            w.u8(1);
-                            w.u64(id);
-                        }
-                        None => w.u8(0),
-                    }
-                    w.buf
-                }
+                Err(ProposeError::NotLeader(leader)) => not_leader(leader.map(|(id, _)| id)),
                 Err(ProposeError::Rejected(e)) => {
                     let mut w = Writer::default();
                     w.u8(STATUS_REJECTED);
@@ -597,6 +675,13 @@ async fn handle(frame: &[u8], raft: &Raft, proposer: &Proposer) -> io::Result<Ve
                     w.buf
                 }
                 Err(ProposeError::Raft(e)) => error(e),
+            }
+        }
+        KIND_DESCRIBE => {
+            r.finish().map_err(invalid)?;
+            match describer.describe() {
+                Ok(d) => ok(|w| d.encode(w)),
+                Err(leader) => not_leader(leader),
             }
         }
         k => {
