@@ -448,13 +448,10 @@ impl Run {
         })
         .await;
         // The group's coordinator (and so __consumer_offsets) exists before
-        // the clients start. A node that creates __consumer_offsets for a
-        // FindCoordinator while another metadata change (e.g. the
-        // producer's InitProducerId taking a producer-id block) waits for
-        // the quorum can stop answering altogether: FindCoordinator creates
-        // the topic on an async worker thread, blocking on the metadata
-        // change lock (reported; find_coordinator.rs and broker.rs are not
-        // this test's to change).
+        // the clients start, so the faults hit a settled group. (Creating
+        // it from a FindCoordinator on an async worker while another
+        // metadata change waited for the quorum could hang a node; main's
+        // 12c5689 moves FindCoordinator to the blocking pool.)
         let deadline = Instant::now() + WAIT;
         while let Err(e) = admin.find_coordinator(GROUP).await {
             assert!(Instant::now() < deadline, "no coordinator for {GROUP}: {e}");
