@@ -1,19 +1,33 @@
 //! Cluster view: bootstrap servers, a metadata cache (brokers, topics,
-//! partitions and leaders), one connection per broker id, and retries with
-//! backoff that refresh metadata when an error says it is stale
-//! (`NOT_LEADER_OR_FOLLOWER`, `UNKNOWN_TOPIC_OR_PARTITION`, lost connections).
+//! partitions, leaders and leader epochs), one connection per broker id,
+//! and retries with backoff that refresh metadata when an error says it is
+//! stale (`NOT_LEADER_OR_FOLLOWER`, `UNKNOWN_TOPIC_OR_PARTITION`, lost
+//! connections).
+//!
+//! Failover rules, as the Java client's `Metadata` and `NetworkClient`:
+//! - A refresh never moves a partition back to an older leader epoch: a
+//!   broker whose metadata lags (just restarted, or paused) may answer with
+//!   the leader before an election; such a partition keeps its cached
+//!   leader (Kafka's "leader epoch is stale" rule in
+//!   `Metadata.updateLatestMetadata`).
+//! - A broker address whose connection attempt failed, or whose connection
+//!   broke, is not dialled again for `reconnect.backoff.ms`, doubling per
+//!   consecutive failure up to `reconnect.backoff.max.ms`; requests for
+//!   any broker (metadata) go to the least busy open connection first, then
+//!   to brokers not backing off, then to the bootstrap servers, so one dead
+//!   or paused node does not wedge the client.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use proto_kafka::messages::metadata_request::MetadataRequestTopic;
 use proto_kafka::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
 use proto_kafka::protocol::{Request, StrBytes};
 use tokio::sync::Mutex;
 
-use crate::connection::{Connection, ConnectionConfig};
+use crate::connection::{Connection, ConnectionConfig, ConnectionHealth};
 use crate::error::{ClientError, Result};
 
 /// Highest Metadata version this client speaks.
@@ -32,6 +46,12 @@ pub struct ClientConfig {
     pub retry_backoff: Duration,
     /// Upper bound of the retry backoff.
     pub retry_backoff_max: Duration,
+    /// `reconnect.backoff.ms`: how long an address whose connection failed
+    /// is left alone before the next attempt; doubles per consecutive
+    /// failure up to `reconnect_backoff_max`.
+    pub reconnect_backoff: Duration,
+    /// `reconnect.backoff.max.ms`.
+    pub reconnect_backoff_max: Duration,
 }
 
 impl ClientConfig {
@@ -48,6 +68,8 @@ impl ClientConfig {
             retries: 5,
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
+            reconnect_backoff: Duration::from_millis(50),
+            reconnect_backoff_max: Duration::from_secs(1),
         }
     }
 }
@@ -120,9 +142,76 @@ pub struct Metadata {
 impl Metadata {
     /// The leader of `topic`/`partition`, if known.
     pub fn leader(&self, topic: &str, partition: i32) -> Option<&BrokerInfo> {
-        let p = self.topics.get(topic)?.partitions.get(&partition)?;
+        let p = self.partition(topic, partition)?;
         self.brokers.get(&p.leader)
     }
+
+    /// `topic`/`partition`, if known.
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionInfo> {
+        self.topics.get(topic)?.partitions.get(&partition)
+    }
+
+    /// The leader epoch of `topic`/`partition` (-1 when unknown).
+    pub fn leader_epoch(&self, topic: &str, partition: i32) -> i32 {
+        self.partition(topic, partition)
+            .map_or(-1, |p| p.leader_epoch)
+    }
+}
+
+/// `fresh` (from a metadata response) merged with the `cached` view of the
+/// same topic: a partition whose fresh leader epoch is older than the
+/// cached one keeps its cached state (the answering broker's metadata
+/// lags). A topic recreated under a new id takes the fresh view whole.
+fn merge_topic(cached: Option<&TopicInfo>, mut fresh: TopicInfo) -> TopicInfo {
+    let Some(cached) = cached else {
+        return fresh;
+    };
+    let zero = [0u8; 16];
+    if cached.topic_id != fresh.topic_id && cached.topic_id != zero && fresh.topic_id != zero {
+        return fresh;
+    }
+    for (index, p) in &mut fresh.partitions {
+        let Some(old) = cached.partitions.get(index) else {
+            continue;
+        };
+        if p.leader_epoch >= 0 && old.leader_epoch > p.leader_epoch {
+            tracing::debug!(
+                topic = %fresh.name,
+                partition = index,
+                cached = old.leader_epoch,
+                received = p.leader_epoch,
+                "not replacing the cached leader epoch with a stale one"
+            );
+            *p = old.clone();
+        }
+    }
+    fresh
+}
+
+/// The reconnect backoff after `failures` consecutive failures:
+/// `reconnect.backoff.ms` doubled per failure after the first, at most
+/// `reconnect.backoff.max.ms`.
+fn reconnect_wait(config: &ClientConfig, failures: u32) -> Duration {
+    config
+        .reconnect_backoff
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(config.reconnect_backoff_max)
+}
+
+/// A pooled connection and its lock-free health view.
+#[derive(Debug, Clone)]
+struct Pooled {
+    conn: Arc<Mutex<Connection>>,
+    health: ConnectionHealth,
+}
+
+/// Reconnect backoff of one address.
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    /// No new connection before this instant.
+    until: Instant,
+    /// Consecutive failures.
+    failures: u32,
 }
 
 /// Shared cluster state: metadata cache and per-broker connections.
@@ -130,7 +219,9 @@ impl Metadata {
 pub struct Cluster {
     config: ClientConfig,
     metadata: Mutex<Metadata>,
-    connections: Mutex<HashMap<i32, Arc<Mutex<Connection>>>>,
+    connections: Mutex<HashMap<i32, Pooled>>,
+    /// Addresses in reconnect backoff.
+    backoff: StdMutex<HashMap<String, Backoff>>,
 }
 
 impl Cluster {
@@ -145,6 +236,7 @@ impl Cluster {
             config,
             metadata: Mutex::new(Metadata::default()),
             connections: Mutex::new(HashMap::new()),
+            backoff: StdMutex::new(HashMap::new()),
         });
         cluster.refresh(None).await?;
         Ok(cluster)
@@ -260,9 +352,27 @@ impl Cluster {
             );
         }
         let mut cache = self.metadata.lock().await;
+        fresh.topics = std::mem::take(&mut fresh.topics)
+            .into_iter()
+            .map(|(name, t)| {
+                let merged = merge_topic(cache.topics.get(&name), t);
+                (name, merged)
+            })
+            .collect();
+        // Leaders kept from the cache stay reachable even if this
+        // (lagging) broker does not list them.
+        let mut brokers = fresh.brokers.clone();
+        for t in fresh.topics.values() {
+            for p in t.partitions.values() {
+                if let Some(b) = cache.brokers.get(&p.leader) {
+                    brokers.entry(p.leader).or_insert_with(|| b.clone());
+                }
+            }
+        }
+        fresh.brokers.clone_from(&brokers);
         cache.cluster_id.clone_from(&fresh.cluster_id);
         cache.controller_id = fresh.controller_id;
-        cache.brokers.clone_from(&fresh.brokers);
+        cache.brokers = brokers;
         match topics {
             None => cache.topics.clone_from(&fresh.topics),
             Some(_) => {
@@ -275,6 +385,54 @@ impl Cluster {
             }
         }
         Ok((fresh, errors))
+    }
+
+    /// Applies a KIP-951 current-leader hint from a Produce or Fetch
+    /// response (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH): when
+    /// `epoch` is newer than the cached one and the leader's address is
+    /// known (cached, or among `endpoints`), the partition's leader moves
+    /// there without waiting for a metadata refresh (Kafka's
+    /// `Metadata.updatePartitionLeadership`). Returns whether it did.
+    pub async fn apply_leader_hint(
+        &self,
+        topic: &str,
+        partition: i32,
+        leader: i32,
+        epoch: i32,
+        endpoints: &[BrokerInfo],
+    ) -> bool {
+        if leader < 0 || epoch < 0 {
+            return false;
+        }
+        let mut md = self.metadata.lock().await;
+        if let std::collections::btree_map::Entry::Vacant(e) = md.brokers.entry(leader) {
+            match endpoints.iter().find(|b| b.id == leader) {
+                Some(b) => {
+                    e.insert(b.clone());
+                }
+                None => return false,
+            }
+        }
+        let Some(p) = md
+            .topics
+            .get_mut(topic)
+            .and_then(|t| t.partitions.get_mut(&partition))
+        else {
+            return false;
+        };
+        if p.leader_epoch >= epoch {
+            return false;
+        }
+        tracing::debug!(
+            topic,
+            partition,
+            leader,
+            epoch,
+            "leader moved (hint in the response)"
+        );
+        p.leader = leader;
+        p.leader_epoch = epoch;
+        true
     }
 
     async fn fetch_metadata(
@@ -306,14 +464,12 @@ impl Cluster {
     }
 
     /// The connection to broker `id`, opened on first use (or after the
-    /// previous one broke).
+    /// previous one broke). While `id`'s address is in reconnect backoff
+    /// this fails at once (a retriable I/O error).
     pub async fn connection(&self, id: i32) -> Result<Arc<Mutex<Connection>>> {
-        {
-            let conns = self.connections.lock().await;
-            if let Some(c) = conns.get(&id) {
-                if !c.lock().await.is_broken() {
-                    return Ok(c.clone());
-                }
+        if let Some(p) = self.connections.lock().await.get(&id) {
+            if !p.health.is_broken() {
+                return Ok(p.conn.clone());
             }
         }
         let addr = {
@@ -323,25 +479,101 @@ impl Cluster {
                 .map(BrokerInfo::addr)
                 .ok_or_else(|| ClientError::NoBrokerAvailable(format!("unknown broker id {id}")))?
         };
-        let conn = Connection::connect(&addr, self.config.connection.clone()).await?;
-        let conn = Arc::new(Mutex::new(conn));
-        self.connections.lock().await.insert(id, conn.clone());
+        let conn = self.dial(&addr).await?;
+        let pooled = Pooled {
+            health: conn.health(),
+            conn: Arc::new(Mutex::new(conn)),
+        };
+        let conn = pooled.conn.clone();
+        self.connections.lock().await.insert(id, pooled);
         Ok(conn)
     }
 
-    /// A connection to any live broker: a known broker first, then the
-    /// bootstrap servers.
+    /// Opens a connection to `addr` unless it is in reconnect backoff;
+    /// records the outcome for the backoff.
+    async fn dial(&self, addr: &str) -> Result<Connection> {
+        if let Some(wait) = self.backing_off(addr) {
+            return Err(ClientError::Io {
+                addr: addr.to_string(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    format!(
+                        "not reconnecting for another {} ms after a failed connection \
+                         (reconnect.backoff.ms)",
+                        wait.as_millis()
+                    ),
+                ),
+            });
+        }
+        match Connection::connect(addr, self.config.connection.clone()).await {
+            Ok(c) => {
+                self.backoff_lock().remove(addr);
+                Ok(c)
+            }
+            Err(e) => {
+                self.connection_failed(addr);
+                Err(e)
+            }
+        }
+    }
+
+    fn backoff_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Backoff>> {
+        self.backoff.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How long `addr` is still in reconnect backoff, if it is.
+    fn backing_off(&self, addr: &str) -> Option<Duration> {
+        let b = self.backoff_lock().get(addr).copied()?;
+        b.until.checked_duration_since(Instant::now())
+    }
+
+    /// A connection attempt to `addr` failed, or its connection broke: no
+    /// new one for the next backoff step.
+    fn connection_failed(&self, addr: &str) {
+        let mut all = self.backoff_lock();
+        let failures = all.get(addr).map_or(0, |b| b.failures) + 1;
+        let wait = reconnect_wait(&self.config, failures);
+        tracing::debug!(addr, failures, ?wait, "connection failed; backing off");
+        all.insert(
+            addr.to_string(),
+            Backoff {
+                until: Instant::now() + wait,
+                failures,
+            },
+        );
+    }
+
+    /// A connection to any live broker: the open connection with the fewest
+    /// requests outstanding, else a known broker not in reconnect backoff,
+    /// else a bootstrap server.
     pub async fn any_connection(&self) -> Result<Arc<Mutex<Connection>>> {
-        let ids: Vec<i32> = self.metadata.lock().await.brokers.keys().copied().collect();
+        let open = {
+            let conns = self.connections.lock().await;
+            conns
+                .values()
+                .filter(|p| !p.health.is_broken())
+                .min_by_key(|p| p.health.in_flight())
+                .map(|p| p.conn.clone())
+        };
+        if let Some(c) = open {
+            return Ok(c);
+        }
+        let brokers: Vec<(i32, String)> = {
+            let md = self.metadata.lock().await;
+            md.brokers.values().map(|b| (b.id, b.addr())).collect()
+        };
         let mut last = None;
-        for id in ids {
-            match self.connection(id).await {
+        for (id, addr) in &brokers {
+            if self.backing_off(addr).is_some() {
+                continue;
+            }
+            match self.connection(*id).await {
                 Ok(c) => return Ok(c),
                 Err(e) => last = Some(e),
             }
         }
         for addr in &self.config.bootstrap_servers {
-            match Connection::connect(addr, self.config.connection.clone()).await {
+            match self.dial(addr).await {
                 Ok(c) => return Ok(Arc::new(Mutex::new(c))),
                 Err(e) => last = Some(e),
             }
@@ -434,20 +666,34 @@ impl Cluster {
     /// reconnects.
     async fn after_failure<T>(&self, r: Result<T>) -> Result<T> {
         if matches!(r, Err(ClientError::Io { .. } | ClientError::Timeout { .. })) {
-            let mut conns = self.connections.lock().await;
-            let mut dead = Vec::new();
-            for (id, c) in conns.iter() {
-                if let Ok(c) = c.try_lock() {
-                    if c.is_broken() {
-                        dead.push(*id);
-                    }
-                }
-            }
-            for id in dead {
-                conns.remove(&id);
-            }
+            self.drop_broken().await;
         }
         r
+    }
+
+    /// Drops broken connections from the pool, putting their brokers in
+    /// reconnect backoff.
+    pub async fn drop_broken(&self) {
+        let dead: Vec<(i32, Pooled)> = {
+            let mut conns = self.connections.lock().await;
+            let ids: Vec<i32> = conns
+                .iter()
+                .filter(|(_, p)| p.health.is_broken())
+                .map(|(id, _)| *id)
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| conns.remove(&id).map(|p| (id, p)))
+                .collect()
+        };
+        if dead.is_empty() {
+            return;
+        }
+        let md = self.metadata.lock().await;
+        for (id, _) in dead {
+            if let Some(b) = md.brokers.get(&id) {
+                self.connection_failed(&b.addr());
+            }
+        }
     }
 
     /// Runs `op` until it succeeds, fails with a non-retriable error, or the
@@ -475,6 +721,137 @@ impl Cluster {
                 }
                 Err(e) => return Err(e),
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partition(index: i32, leader: i32, epoch: i32) -> PartitionInfo {
+        PartitionInfo {
+            partition: index,
+            leader,
+            leader_epoch: epoch,
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+            offline_replicas: Vec::new(),
+            error_code: 0,
+        }
+    }
+
+    fn topic(id: u8, parts: &[(i32, i32, i32)]) -> TopicInfo {
+        TopicInfo {
+            name: "t".into(),
+            topic_id: [id; 16],
+            is_internal: false,
+            partitions: parts
+                .iter()
+                .map(|&(i, l, e)| (i, partition(i, l, e)))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_refresh_never_goes_back_to_an_older_leader_epoch() {
+        let cached = topic(1, &[(0, 2, 5), (1, 3, 2)]);
+        // A lagging broker still names the old leaders of partition 0
+        // (epoch 4) while partition 1 moved on (epoch 3).
+        let fresh = topic(1, &[(0, 1, 4), (1, 1, 3)]);
+        let merged = merge_topic(Some(&cached), fresh);
+        assert_eq!(
+            merged.partitions[&0],
+            partition(0, 2, 5),
+            "stale epoch kept out"
+        );
+        assert_eq!(
+            merged.partitions[&1],
+            partition(1, 1, 3),
+            "newer epoch taken"
+        );
+    }
+
+    #[test]
+    fn an_equal_or_unknown_epoch_and_a_recreated_topic_take_the_response() {
+        let cached = topic(1, &[(0, 2, 5)]);
+        let mut same = topic(1, &[(0, 2, 5)]);
+        same.partitions.get_mut(&0).expect("p0").isr = vec![2, 3];
+        assert_eq!(merge_topic(Some(&cached), same.clone()), same);
+        let unknown = topic(1, &[(0, 3, -1)]);
+        assert_eq!(merge_topic(Some(&cached), unknown.clone()), unknown);
+        let recreated = topic(2, &[(0, 1, 0)]);
+        assert_eq!(merge_topic(Some(&cached), recreated.clone()), recreated);
+        let fresh = topic(1, &[(0, 1, 0)]);
+        assert_eq!(merge_topic(None, fresh.clone()), fresh);
+    }
+
+    fn offline_cluster(addr: &str) -> Cluster {
+        let mut config = ClientConfig::new(addr);
+        config.reconnect_backoff = Duration::from_secs(60);
+        config.reconnect_backoff_max = Duration::from_secs(60);
+        let mut md = Metadata::default();
+        let (host, port) = addr.rsplit_once(':').expect("host:port");
+        md.brokers.insert(
+            1,
+            BrokerInfo {
+                id: 1,
+                host: host.into(),
+                port: port.parse().expect("port"),
+                rack: None,
+            },
+        );
+        Cluster {
+            config,
+            metadata: Mutex::new(md),
+            connections: Mutex::new(HashMap::new()),
+            backoff: StdMutex::new(HashMap::new()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_address_is_left_alone_for_the_reconnect_backoff() {
+        // A port nothing listens on: connecting is refused.
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            l.local_addr().expect("addr").to_string()
+        };
+        let cluster = offline_cluster(&addr);
+        let first = cluster.connection(1).await.expect_err("refused");
+        assert!(first.is_retriable(), "{first}");
+        assert!(
+            !first.to_string().contains("reconnect.backoff.ms"),
+            "{first}"
+        );
+        // Now something listens there, but the address is backing off: no
+        // connection is attempted until the backoff ends.
+        let _listener = std::net::TcpListener::bind(&addr).expect("rebind");
+        let second = cluster.connection(1).await.expect_err("backing off");
+        assert!(second.is_retriable(), "{second}");
+        assert!(
+            second.to_string().contains("reconnect.backoff.ms"),
+            "{second}"
+        );
+        assert!(cluster.backing_off(&addr).is_some());
+        // Requests for any broker skip it and fall back to the bootstrap
+        // servers (the same address here: also backing off).
+        let any = cluster.any_connection().await.expect_err("nothing to use");
+        assert!(matches!(any, ClientError::NoBrokerAvailable(_)), "{any}");
+    }
+
+    #[test]
+    fn the_reconnect_backoff_doubles_up_to_its_maximum() {
+        let mut config = ClientConfig::new("127.0.0.1:1");
+        config.reconnect_backoff = Duration::from_millis(100);
+        config.reconnect_backoff_max = Duration::from_millis(350);
+        let waits: Vec<u128> = (1..=4)
+            .map(|n| reconnect_wait(&config, n).as_millis())
+            .collect();
+        assert_eq!(waits, vec![100, 200, 350, 350]);
+        let cluster = offline_cluster("127.0.0.1:1");
+        for n in 1..=3 {
+            cluster.connection_failed("127.0.0.1:1");
+            assert_eq!(cluster.backoff_lock()["127.0.0.1:1"].failures, n);
         }
     }
 }

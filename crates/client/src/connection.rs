@@ -222,6 +222,23 @@ impl Drop for Connection {
     }
 }
 
+/// A view of a [`Connection`]'s state that needs no lock on it (see
+/// [`Connection::health`]).
+#[derive(Debug, Clone)]
+pub struct ConnectionHealth(Arc<Shared>);
+
+impl ConnectionHealth {
+    /// Whether the connection broke.
+    pub fn is_broken(&self) -> bool {
+        self.0.lock().failure.is_some()
+    }
+
+    /// How many requests are waiting for their responses.
+    pub fn in_flight(&self) -> usize {
+        self.0.lock().waiters.len()
+    }
+}
+
 /// The response to a request written by [`Connection::send_request`].
 ///
 /// Dropping it abandons the response (it is discarded when it arrives) but
@@ -345,6 +362,13 @@ impl Connection {
     /// made this connection unusable.
     pub fn is_broken(&self) -> bool {
         self.shared.lock().failure.is_some()
+    }
+
+    /// A handle that tells whether this connection broke and how busy it
+    /// is without taking the connection's lock (which a caller awaiting a
+    /// slow response may hold).
+    pub fn health(&self) -> ConnectionHealth {
+        ConnectionHealth(self.shared.clone())
     }
 
     /// How many requests are waiting for their responses.

@@ -171,7 +171,9 @@ impl ClientError {
         }
     }
 
-    /// Whether the error means our cached metadata is stale.
+    /// Whether the error means our cached metadata is stale (Kafka's
+    /// `InvalidMetadataException` family, plus lost connections): the
+    /// partition's leader may have moved.
     pub fn invalidates_metadata(&self) -> bool {
         matches!(
             self,
@@ -183,7 +185,13 @@ impl ClientError {
                         | ResponseError::LeaderNotAvailable
                         | ResponseError::NotController
                         | ResponseError::FencedLeaderEpoch
-                        | ResponseError::UnknownLeaderEpoch,
+                        | ResponseError::UnknownLeaderEpoch
+                        | ResponseError::ReplicaNotAvailable
+                        | ResponseError::KafkaStorageError
+                        | ResponseError::NetworkException
+                        | ResponseError::PreferredLeaderNotAvailable
+                        | ResponseError::UnknownTopicId
+                        | ResponseError::InconsistentTopicId,
                     ..
                 }
         )

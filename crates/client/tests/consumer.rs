@@ -645,3 +645,11 @@ async fn a_fenced_static_member_stops_with_an_error() {
     second.close().await.expect("close");
     server.stop().await;
 }
+
+/// A consumer, even with a rebalance listener (which need only be `Send`),
+/// can live in a spawned task and lend itself to futures that are `Send`.
+#[test]
+fn a_consumer_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Consumer>();
+}

@@ -10,7 +10,9 @@
 //! gets follower treatment only from a broker of the cluster that is a
 //! replica of the partition (`Broker::is_follower`); otherwise each
 //! partition answers Kafka's NOT_LEADER_OR_FOLLOWER (or a leader-epoch
-//! error when the fetch names an epoch).
+//! error when the fetch names an epoch). A consumer's
+//! `current_leader_epoch` is checked too (FENCED_LEADER_EPOCH,
+//! UNKNOWN_LEADER_EPOCH).
 //!
 //! Fetch sessions (KIP-227, `crate::fetch_session`) decide which partitions
 //! are read (an incremental request reads every partition of its session)
@@ -429,7 +431,17 @@ fn read_partition(
                 partition.on_follower_fetch(id, p.fetch_offset);
                 Ok(log)
             }
-            _ => Ok(log),
+            // A consumer's `current_leader_epoch` (v9+, KIP-320) is
+            // checked against this leader's epoch as Kafka's
+            // `Partition.localLogWithEpochOrThrow` does: an older one means
+            // its metadata is stale, a newer one that this node's is.
+            _ => match p.current_leader_epoch {
+                e if e >= 0 && e < partition.leader_epoch() => {
+                    Err(ResponseError::FencedLeaderEpoch)
+                }
+                e if e > partition.leader_epoch() => Err(ResponseError::UnknownLeaderEpoch),
+                _ => Ok(log),
+            },
         }
     });
     match log {
@@ -637,6 +649,56 @@ mod tests {
         // The current or a newer epoch: the replica is not recognised.
         assert_eq!(not_a_follower(3, 3), ResponseError::UnknownLeaderEpoch);
         assert_eq!(not_a_follower(9, 3), ResponseError::UnknownLeaderEpoch);
+    }
+
+    #[tokio::test]
+    async fn a_consumer_fetch_is_checked_against_the_leader_epoch() {
+        use proto_kafka::messages::fetch_request::{FetchPartition, FetchTopic};
+        use proto_kafka::messages::ApiKey;
+
+        use super::super::test_support::{append, call, open_broker};
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(dir.path(), &[]);
+        broker.create_topic("t", 1, 1, &[], false).expect("create");
+        append(&broker, "t", 0, 2);
+        let epoch = broker.partition("t", 0).expect("led").leader_epoch();
+        let fetch = |current_leader_epoch: i32| {
+            let broker = Arc::clone(&broker);
+            async move {
+                let mut p = FetchPartition::default();
+                p.partition = 0;
+                p.current_leader_epoch = current_leader_epoch;
+                p.partition_max_bytes = 1 << 20;
+                let mut t = FetchTopic::default();
+                t.topic = TopicName(StrBytes::from_static_str("t"));
+                t.partitions = vec![p];
+                let mut req = FetchRequest::default();
+                req.replica_id = BrokerId(-1);
+                req.max_bytes = 1 << 20;
+                req.session_epoch = -1;
+                req.topics = vec![t];
+                let resp: FetchResponse = call(&broker, ApiKey::Fetch, 12, &req)
+                    .await
+                    .expect("response");
+                let p = resp.responses[0].partitions[0].clone();
+                (p.error_code, p.high_watermark)
+            }
+        };
+        // No epoch (-1) or the leader's: served.
+        assert_eq!(fetch(-1).await, (0, 2));
+        assert_eq!(fetch(epoch).await, (0, 2));
+        // A newer one: this leader's metadata is behind the consumer's.
+        assert_eq!(
+            fetch(epoch + 1).await,
+            (ResponseError::UnknownLeaderEpoch.code(), -1)
+        );
+        if epoch > 0 {
+            assert_eq!(
+                fetch(epoch - 1).await,
+                (ResponseError::FencedLeaderEpoch.code(), -1)
+            );
+        }
     }
 }
 

@@ -261,3 +261,4 @@ pub fn produce_keyed(
         String::from_utf8_lossy(&out.stderr)
     );
 }
+pub mod cluster;

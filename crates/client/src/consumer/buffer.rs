@@ -106,6 +106,15 @@ impl Consumer {
                     }
                 }
                 Err(e) if e.invalidates_metadata() || e.is_retriable() => {
+                    // NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH,
+                    // UNKNOWN_LEADER_EPOCH, OFFSET_NOT_AVAILABLE,
+                    // REPLICA_NOT_AVAILABLE, KAFKA_STORAGE_ERROR,
+                    // UNKNOWN_TOPIC_OR_PARTITION...: the leader may have
+                    // moved (the hint, if any, says where); refresh and
+                    // retry after the backoff (Kafka's FetchCollector).
+                    if let Some((leader, epoch)) = pf.current_leader {
+                        self.leader_hints.push((pf.tp.clone(), leader, epoch));
+                    }
                     self.metadata_stale = true;
                     s.retry_after = Some(backoff);
                 }
@@ -190,15 +199,15 @@ impl Consumer {
             if self.brokers_in_flight.contains(&leader.id) {
                 continue;
             }
-            plans
-                .entry(leader.id)
-                .or_insert_with(|| FetchPlan {
-                    broker: leader.id,
-                    addr: leader.addr(),
-                    partitions: Vec::new(),
-                })
-                .partitions
-                .push((tp, offset));
+            let plan = plans.entry(leader.id).or_insert_with(|| FetchPlan {
+                broker: leader.id,
+                addr: leader.addr(),
+                partitions: Vec::new(),
+                leader_epochs: BTreeMap::new(),
+            });
+            plan.leader_epochs
+                .insert(tp.clone(), md.leader_epoch(&tp.topic, tp.partition));
+            plan.partitions.push((tp, offset));
         }
         for (broker, plan) in plans {
             for (tp, _) in &plan.partitions {

@@ -93,6 +93,10 @@ pub struct ConsumerConfig {
     pub assignors: Vec<Arc<dyn PartitionAssignor>>,
     /// `client.rack`, sent in subscriptions (v3).
     pub client_rack: Option<String>,
+    /// `default.api.timeout.ms`: how long a synchronous offset commit
+    /// keeps retrying retriable errors (the coordinator moved, is not
+    /// available, or its connection was lost) before it fails.
+    pub default_api_timeout: Duration,
 }
 
 impl ConsumerConfig {
@@ -121,6 +125,7 @@ impl ConsumerConfig {
                 Arc::new(CooperativeStickyAssignor),
             ],
             client_rack: None,
+            default_api_timeout: Duration::from_secs(60),
         }
     }
 

@@ -110,8 +110,11 @@ pub(crate) struct Link {
     state: StdMutex<MemberState>,
     /// Woken when the heartbeat task flags a rejoin.
     pub wake: Notify,
-    retries: u32,
+    /// `default.api.timeout.ms`: how long a commit retries.
+    api_timeout: Duration,
     pub(super) backoff: Duration,
+    /// Upper bound of the commit retry backoff.
+    backoff_max: Duration,
     /// Commits are sent one at a time, in call order, by one task.
     commits: StdMutex<Option<mpsc::UnboundedSender<CommitJob>>>,
 }
@@ -136,7 +139,8 @@ impl Link {
                 fatal: None,
             }),
             wake: Notify::new(),
-            retries: config.client.retries,
+            api_timeout: config.default_api_timeout,
+            backoff_max: config.client.retry_backoff_max,
             backoff: config.client.retry_backoff,
             commits: StdMutex::new(None),
         })
@@ -279,20 +283,22 @@ impl Link {
 
     /// Commits `offsets` with the current generation (or as a simple
     /// consumer group, generation -1, when not a member), retrying
-    /// coordinator moves.
+    /// retriable errors (the coordinator moved or is not available, a lost
+    /// connection: each looks the coordinator up again) with backoff until
+    /// `default.api.timeout.ms` has passed, as Kafka's `commitSync`.
     pub(crate) async fn commit(
         &self,
         offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
     ) -> Result<()> {
+        let deadline = Instant::now() + self.api_timeout;
         let mut backoff = self.backoff;
-        let mut attempt = 0;
         loop {
             match self.commit_once(offsets).await {
-                Err(e) if e.is_retriable() && attempt < self.retries => {
-                    attempt += 1;
+                Err(e) if e.is_retriable() && Instant::now() + backoff < deadline => {
+                    tracing::debug!(%e, group = %self.group_id, "retrying offset commit");
                     self.forget_coordinator_after(&e).await;
                     tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    backoff = (backoff * 2).min(self.backoff_max);
                 }
                 other => return other,
             }

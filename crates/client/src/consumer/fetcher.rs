@@ -46,6 +46,11 @@ pub(crate) struct FetchPlan {
     pub addr: String,
     /// Partitions and the offsets to fetch from.
     pub partitions: Vec<(TopicPartition, i64)>,
+    /// The leader epoch our metadata has for each partition, sent as
+    /// `current_leader_epoch` (Fetch v9+, KIP-320): a broker whose epoch
+    /// differs answers FENCED_LEADER_EPOCH (our metadata is older) or
+    /// UNKNOWN_LEADER_EPOCH (the broker's is) instead of serving data.
+    pub leader_epochs: BTreeMap<TopicPartition, i32>,
 }
 
 /// Fetch limits copied from the consumer config.
@@ -79,6 +84,9 @@ pub(crate) struct PartitionFetch {
     pub fetch_offset: i64,
     /// Data, or a Kafka error / decoding failure for this partition.
     pub result: Result<FetchedData>,
+    /// The broker's current-leader hint (KIP-951, v12+): leader id and
+    /// epoch, sent with NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH.
+    pub current_leader: Option<(i32, i32)>,
 }
 
 /// The outcome of one fetch request.
@@ -140,7 +148,7 @@ async fn fetch_once(
     for (tp, offset) in &plan.partitions {
         let mut p = FetchPartition::default();
         p.partition = tp.partition;
-        p.current_leader_epoch = -1;
+        p.current_leader_epoch = plan.leader_epochs.get(tp).copied().unwrap_or(-1);
         p.fetch_offset = *offset;
         p.last_fetched_epoch = -1;
         p.log_start_offset = -1;
@@ -188,10 +196,15 @@ async fn fetch_once(
                     high_watermark: p.high_watermark,
                 }),
             };
+            let hint = &p.current_leader;
+            let current_leader =
+                (p.error_code != 0 && hint.leader_id.0 >= 0 && hint.leader_epoch >= 0)
+                    .then_some((hint.leader_id.0, hint.leader_epoch));
             out.push(PartitionFetch {
                 tp,
                 fetch_offset,
                 result,
+                current_leader,
             });
         }
     }

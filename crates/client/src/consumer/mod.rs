@@ -176,7 +176,9 @@ pub struct Consumer {
     topics: BTreeSet<String>,
     partitions: BTreeMap<TopicPartition, PartitionState>,
     group: Option<GroupMember>,
-    listener: Option<Box<dyn RebalanceListener>>,
+    /// In an (uncontended) mutex so the consumer is `Sync` with a listener
+    /// that is only `Send`.
+    listener: Option<std::sync::Mutex<Box<dyn RebalanceListener>>>,
     fetch_tx: mpsc::UnboundedSender<FetchOutcome>,
     fetch_rx: mpsc::UnboundedReceiver<FetchOutcome>,
     idle_conns: HashMap<i32, Connection>,
@@ -190,6 +192,8 @@ pub struct Consumer {
     join_prepare: bool,
     last_metadata: Instant,
     metadata_stale: bool,
+    /// Current-leader hints from fetch errors (KIP-951), not applied yet.
+    leader_hints: Vec<(TopicPartition, i32, i32)>,
     /// Rotates which partition `poll` drains first.
     drain_start: usize,
     pending_error: Option<ClientError>,
@@ -252,6 +256,7 @@ impl Consumer {
             join_prepare: true,
             last_metadata: Instant::now(),
             metadata_stale: false,
+            leader_hints: Vec::new(),
             drain_start: 0,
             pending_error: None,
             closed: false,
@@ -270,7 +275,7 @@ impl Consumer {
 
     /// Sets the rebalance listener (replacing any previous one).
     pub fn set_rebalance_listener(&mut self, listener: Box<dyn RebalanceListener>) {
-        self.listener = Some(listener);
+        self.listener = Some(std::sync::Mutex::new(listener));
     }
 
     fn group_required(&self, what: &str) -> Result<()> {
@@ -655,6 +660,11 @@ impl Consumer {
             while let Ok(outcome) = self.fetch_rx.try_recv() {
                 self.handle_fetch(outcome);
             }
+            for (tp, leader, epoch) in std::mem::take(&mut self.leader_hints) {
+                self.cluster
+                    .apply_leader_hint(&tp.topic, tp.partition, leader, epoch, &[])
+                    .await;
+            }
             // No await between taking records and returning them: a poll
             // cancelled here must not lose records.
             let metadata = self.cluster.metadata().await;
@@ -754,6 +764,9 @@ impl Consumer {
 
     fn notify_listener(&mut self, what: ListenerCall, partitions: &[TopicPartition]) {
         if let Some(l) = self.listener.as_mut() {
+            let l = l
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             match what {
                 ListenerCall::Revoked => l.on_partitions_revoked(partitions),
                 ListenerCall::Assigned => l.on_partitions_assigned(partitions),

@@ -33,7 +33,7 @@ use super::{
     partition_info, Inner, ProducerConfig, RecordMetadata, State, MAX_IN_FLIGHT_IDEMPOTENT,
 };
 use crate::accumulator::{BatchId, Front, ReadyBatch, TopicPartition};
-use crate::cluster::Metadata;
+use crate::cluster::{BrokerInfo, Metadata};
 use crate::connection::PendingResponse;
 use crate::error::{ClientError, Result};
 
@@ -504,6 +504,7 @@ async fn await_response(
     match result {
         Err(e) => complete_request(&inner, leader, batches, |_| (Err(e.clone()), -1)),
         Ok(resp) => {
+            apply_leader_hints(&inner, &resp).await;
             let mut outcomes: HashMap<TopicPartition, PartitionOutcome> = HashMap::new();
             for t in &resp.responses {
                 for p in &t.partition_responses {
@@ -536,6 +537,43 @@ async fn await_response(
                     None => (Ok((o.base_offset, o.log_append_time)), o.log_start_offset),
                 },
             });
+        }
+    }
+}
+
+/// KIP-951: partitions refused with NOT_LEADER_OR_FOLLOWER or
+/// FENCED_LEADER_EPOCH may name their current leader (and the response its
+/// endpoint); the metadata cache takes it when its epoch is newer, so the
+/// retry goes there (a metadata refresh is requested anyway).
+async fn apply_leader_hints(inner: &Inner, resp: &ProduceResponse) {
+    let endpoints: Vec<BrokerInfo> = resp
+        .node_endpoints
+        .iter()
+        .map(|e| BrokerInfo {
+            id: e.node_id.0,
+            host: e.host.as_str().to_string(),
+            port: e.port,
+            rack: e.rack.as_ref().map(|r| r.as_str().to_string()),
+        })
+        .collect();
+    for t in &resp.responses {
+        for p in &t.partition_responses {
+            let hinted = matches!(
+                ResponseError::try_from_code(p.error_code),
+                Some(ResponseError::NotLeaderOrFollower | ResponseError::FencedLeaderEpoch)
+            );
+            if hinted {
+                inner
+                    .cluster
+                    .apply_leader_hint(
+                        t.name.0.as_str(),
+                        p.index,
+                        p.current_leader.leader_id.0,
+                        p.current_leader.leader_epoch,
+                        &endpoints,
+                    )
+                    .await;
+            }
         }
     }
 }
