@@ -53,6 +53,8 @@
 
 pub mod assignor;
 mod buffer;
+mod commit_future;
+pub use commit_future::CommitFuture;
 pub mod config;
 mod coordinator;
 mod fetcher;
@@ -61,9 +63,8 @@ mod membership;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -127,34 +128,6 @@ pub trait RebalanceListener: Send {
     /// the group); their offsets may already belong to someone else.
     fn on_partitions_lost(&mut self, partitions: &[TopicPartition]) {
         self.on_partitions_revoked(partitions);
-    }
-}
-
-/// The outcome of [`Consumer::commit_async`]: await it for the result, or
-/// drop it to ignore the result (the commit still completes).
-#[derive(Debug)]
-pub struct CommitFuture {
-    rx: Option<oneshot::Receiver<Result<()>>>,
-}
-
-impl Future for CommitFuture {
-    type Output = Result<()>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        let Some(rx) = self.rx.as_mut() else {
-            return Poll::Ready(Ok(()));
-        };
-        match Pin::new(rx).poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(r) => {
-                self.rx = None;
-                Poll::Ready(r.unwrap_or_else(|_| {
-                    Err(ClientError::InvalidArgument(
-                        "consumer dropped before the commit completed".into(),
-                    ))
-                }))
-            }
-        }
     }
 }
 
