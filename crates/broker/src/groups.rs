@@ -391,6 +391,20 @@ impl Groups {
         Ok(response)
     }
 
+    /// An offset commit's answer: once the ISR has its records (Kafka
+    /// appends them with acks=all); a write that does not get there fails
+    /// every partition it would have committed (the `codes` still 0).
+    pub(crate) async fn answer_when_committed<'a>(
+        &self,
+        point: Option<CommitPoint>,
+        codes: impl Iterator<Item = &'a mut i16>,
+    ) {
+        let Some(point) = point else { return };
+        if let Err(code) = self.wait_committed(point).await {
+            codes.filter(|c| **c == 0).for_each(|c| *c = code.code());
+        }
+    }
+
     /// Waits until the ISR has everything the shard wrote up to `point`
     /// (Kafka appends coordinator records with acks=all and answers once
     /// they are committed), for at most `offsets.commit.timeout.ms`. Errors

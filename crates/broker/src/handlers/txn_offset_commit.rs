@@ -55,18 +55,11 @@ pub(crate) async fn handle(
     ctx: &Ctx,
 ) -> TxnOffsetCommitResponse {
     let (mut resp, point) = respond(broker, req, ctx);
-    // Answered once the ISR has the records (Kafka appends them with
-    // acks=all); a write that does not get there fails every partition
-    // it would have committed.
-    if let Some(point) = point {
-        if let Err(code) = broker.groups.wait_committed(point).await {
-            resp.topics
-                .iter_mut()
-                .flat_map(|t| t.partitions.iter_mut())
-                .filter(|p| p.error_code == 0)
-                .for_each(|p| p.error_code = code.code());
-        }
-    }
+    let codes = resp.topics.iter_mut().flat_map(|t| t.partitions.iter_mut());
+    broker
+        .groups
+        .answer_when_committed(point, codes.map(|p| &mut p.error_code))
+        .await;
     resp
 }
 
