@@ -279,30 +279,37 @@ impl Peer {
     }
 
     /// Sends `request`, returns the ok payload.
+    ///
+    /// Cancel-safe: the connection is taken out of the peer for the call
+    /// and put back only after its answer was read, so a call dropped
+    /// midway (openraft gives up on an RPC) closes the connection instead
+    /// of leaving a request whose late answer the next call would take as
+    /// its own.
     pub async fn call(&mut self, request: &[u8], ttl: Duration) -> Result<Vec<u8>, CallError> {
         let addr = self.addr.clone();
+        let taken = self.conn.take();
         let fut = async {
-            if self.conn.is_none() {
-                let s = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr))
-                    .await
-                    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))
-                    .and_then(|r| r)
-                    .map_err(|source| CallError::Unreachable {
-                        addr: addr.clone(),
-                        source,
-                    })?;
-                let _ = s.set_nodelay(true);
-                self.conn = Some(s);
-            }
-            let Some(s) = self.conn.as_mut() else {
-                unreachable!("connected above")
+            let mut s = match taken {
+                Some(s) => s,
+                None => {
+                    let s = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr))
+                        .await
+                        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))
+                        .and_then(|r| r)
+                        .map_err(|source| CallError::Unreachable {
+                            addr: addr.clone(),
+                            source,
+                        })?;
+                    let _ = s.set_nodelay(true);
+                    s
+                }
             };
             let net = |source| CallError::Network {
                 addr: addr.clone(),
                 source,
             };
-            write_frame(s, request).await.map_err(net)?;
-            let body = read_frame(s, MAX_FRAME)
+            write_frame(&mut s, request).await.map_err(net)?;
+            let body = read_frame(&mut s, MAX_FRAME)
                 .await
                 .map_err(net)?
                 .ok_or_else(|| {
@@ -311,10 +318,13 @@ impl Peer {
                         "connection closed",
                     ))
                 })?;
-            Ok::<_, CallError>(body)
+            Ok::<_, CallError>((s, body))
         };
         let body = match tokio::time::timeout(ttl, fut).await {
-            Ok(Ok(b)) => b,
+            Ok(Ok((s, b))) => {
+                self.conn = Some(s);
+                b
+            }
             Ok(Err(e)) => {
                 self.conn = None;
                 return Err(e);
