@@ -348,7 +348,7 @@ impl Groups {
             lease,
         };
         let effects = shard.groups.complete_load(now_ms());
-        tracing::info!(partition = %partition.topic_partition(), epoch = shard.lease.epoch(), records = count, "loaded group coordinator partition");
+        tracing::debug!(partition = %partition.topic_partition(), epoch = shard.lease.epoch(), records = count, "loaded group coordinator partition");
         self.apply(&mut shard, effects)?;
         Ok(shard)
     }

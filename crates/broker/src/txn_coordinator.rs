@@ -320,7 +320,7 @@ impl TxnCoordinator {
             return Err(KafkaError::CoordinatorNotAvailable);
         }
         effects.extend(machine.complete_load(now_ms()));
-        tracing::info!(partition = %tp, records = count, epoch = machine.coordinator_epoch(), "loaded transaction coordinator partition");
+        tracing::debug!(partition = %tp, records = count, epoch = machine.coordinator_epoch(), "loaded transaction coordinator partition");
         let mut shard = Shard { machine, lease };
         self.apply(&mut shard, effects);
         Ok(shard)
