@@ -228,12 +228,15 @@ impl Broker {
     }
 
     /// The controller id clients are given: the metadata quorum's leader
-    /// (every voter is also a broker here), else this node.
+    /// when it is a broker too (a combined node), else this node — a
+    /// controller-only leader is not reachable by clients, and Kafka's
+    /// KRaft brokers name a live broker then, which forwards.
     pub(crate) fn controller_id(&self) -> i32 {
         self.metadata
             .quorum()
             .and_then(|q| q.leader())
             .and_then(|l| i32::try_from(l).ok())
+            .filter(|&l| self.is_broker(l))
             .unwrap_or(self.node_id)
     }
 
@@ -294,10 +297,13 @@ impl Broker {
     /// one replica. With more voters, creation waits (COORDINATOR_NOT_AVAILABLE)
     /// until that many brokers are registered, as Kafka's does.
     pub(crate) fn internal_topic_replication(&self, configured: i16) -> i16 {
-        let voters = self
-            .metadata
-            .quorum()
-            .map_or(1, |q| q.voter_ids().len().max(1));
+        let voters = match self.metadata.quorum() {
+            None => 1,
+            // A broker-only node: Kafka's rule, the configured factor
+            // (creation waits until that many brokers are registered).
+            Some(q) if q.is_observer() => return configured.max(1),
+            Some(q) => q.voter_ids().len().max(1),
+        };
         configured
             .min(i16::try_from(voters).unwrap_or(i16::MAX))
             .max(1)
@@ -760,7 +766,7 @@ pub(crate) fn validate_topic_name(name: &str) -> std::result::Result<(), ApiErro
 }
 
 /// Reads or creates `meta.properties`; returns the cluster id.
-fn meta_properties(dir: &Path, node_id: i32) -> Result<String> {
+pub(crate) fn meta_properties(dir: &Path, node_id: i32) -> Result<String> {
     let path = dir.join("meta.properties");
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,

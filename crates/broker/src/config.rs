@@ -22,7 +22,10 @@
 mod docs;
 mod keys;
 mod quorum;
+mod roles;
 mod settings;
+
+pub use roles::ProcessRoles;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -503,15 +506,10 @@ impl BrokerConfig {
     /// Checks what single keys cannot: the listener set, roles, ids, and
     /// the topic defaults as a whole.
     pub fn validate(&self) -> Result<()> {
-        self.listener()?;
-        self.advertised_listener()?;
-        let roles = self.str("process.roles");
-        if !list_items(&roles).contains(&"broker") {
-            return Err(invalid(
-                "process.roles",
-                &roles,
-                "a single Sluice node must include broker",
-            ));
+        let roles = self.validate_roles()?;
+        if roles.broker {
+            self.listener()?;
+            self.advertised_listener()?;
         }
         if let (Some(b), Some(n)) = (
             self.explicit_value("broker.id"),

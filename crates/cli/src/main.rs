@@ -165,6 +165,12 @@ fn run_server(args: &ServerArgs) -> anyhow::Result<()> {
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async {
+        // process.roles=controller: a quorum voter with no broker.
+        if config.process_roles()?.controller_only() {
+            let node = sluice_broker::ControllerNode::bind(config).await?;
+            node.run(shutdown_signal()).await?;
+            return anyhow::Ok(());
+        }
         let server = Server::bind(config).await?;
         server.run(shutdown_signal()).await?;
         anyhow::Ok(())

@@ -61,50 +61,47 @@ impl BrokerConfig {
     }
 
     /// The quorum this node is a voter of, with its CONTROLLER listener;
-    /// `None` without `controller.quorum.voters` or when this node is the
-    /// only voter (single node).
+    /// `None` without `controller.quorum.voters` or when this node, a
+    /// combined one, is the only voter (single node). A broker-only node
+    /// is the quorum's observer: its listener is where the leader pushes
+    /// the log to, on the broker listener's host and a port of the
+    /// system's choosing (port 0).
     pub fn quorum_config(&self) -> Result<Option<(QuorumConfig, Listener)>> {
+        let roles = self.validate_roles()?;
         let voters = self.quorum_voters()?;
         if voters.is_empty() {
             return Ok(None);
         }
+        let node_id = self.node_id();
+        let is_voter = u64::try_from(node_id).is_ok_and(|id| voters.contains_key(&id));
         // A quorum of this node alone is the single combined node: the
         // local metadata log of design 004, no controller traffic, as
-        // before (and as data folders written by it expect).
-        if voters.len() == 1
-            && u64::try_from(self.node_id()).is_ok_and(|id| voters.contains_key(&id))
-        {
+        // before (and as data folders written by it expect). A
+        // controller-only node always runs the quorum (brokers join it).
+        if roles.broker && roles.controller && voters.len() == 1 && is_voter {
             return Ok(None);
         }
-        let roles = self.str("process.roles");
-        if !list_items(&roles).contains(&"controller") {
-            return Err(invalid(
-                "process.roles",
-                &roles,
-                "with controller.quorum.voters every Sluice node is a voter: broker-only nodes are not supported yet (use broker,controller)",
-            ));
-        }
-        let node_id = self.node_id();
-        let id = u64::try_from(node_id)
-            .ok()
-            .filter(|id| voters.contains_key(id))
-            .ok_or_else(|| {
+        let (id, listener, observer_host) = if roles.broker_only() {
+            let served = self.listener()?;
+            let advertised = self.advertised_listener()?;
+            let listener = Listener {
+                name: "OBSERVER".into(),
+                host: served.host,
+                port: 0,
+            };
+            (node_id as u64, listener, Some(advertised.host))
+        } else {
+            // validate_roles: a controller is one of the voters and has
+            // its listener.
+            let listener = self.controller_listener()?.ok_or_else(|| {
                 invalid(
-                    "node.id",
-                    &node_id.to_string(),
-                    format!(
-                        "If process.roles contains the 'controller' role, the node id {node_id} must be included in the set of voters controller.quorum.voters={:?}",
-                        voters.keys().collect::<Vec<_>>()
-                    ),
+                    "controller.listener.names",
+                    &self.str("controller.listener.names"),
+                    "a controller needs its listener in listeners (e.g. CONTROLLER://127.0.0.1:9093 with controller.listener.names=CONTROLLER)",
                 )
             })?;
-        let listener = self.controller_listener()?.ok_or_else(|| {
-            invalid(
-                "controller.listener.names",
-                &self.str("controller.listener.names"),
-                "a controller needs its listener in listeners (e.g. CONTROLLER://127.0.0.1:9093 with controller.listener.names=CONTROLLER)",
-            )
-        })?;
+            (node_id as u64, listener, None)
+        };
         let mut c = QuorumConfig::new(id, voters);
         let election = self.int("controller.quorum.election.timeout.ms").max(10) as u64;
         c.election_timeout_ms = election;
@@ -112,6 +109,7 @@ impl BrokerConfig {
         c.request_timeout_ms = self.int("controller.quorum.request.timeout.ms").max(1) as u64;
         c.broker_session_timeout_ms = self.int("broker.session.timeout.ms").max(10) as u64;
         c.log = self.metadata_log_config()?;
+        c.observer_host = observer_host;
         Ok(Some((c, listener)))
     }
 }

@@ -42,8 +42,8 @@ pub struct QuorumDescription {
     /// End offset (exclusive) of what the quorum committed.
     pub high_watermark: i64,
     pub voters: Vec<ReplicaState>,
-    /// Replicas that fetch without voting (none here: every node is a
-    /// voter).
+    /// Replicas that receive the log without voting: the broker-only
+    /// nodes (Raft learners).
     pub observers: Vec<ReplicaState>,
     /// Each voter's CONTROLLER endpoint (`host:port`); none for a single
     /// node, which serves no controller listener.
@@ -163,38 +163,39 @@ impl Describer {
         let leader_end = log.log_end_offset();
         let leader_last = self.log.last_index();
         let matched = m.replication.clone().unwrap_or_default();
-        let voter_ids: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
-        let voters = voter_ids
-            .iter()
-            .map(|&id| {
-                if id == self.node_id {
-                    return ReplicaState {
-                        replica_id: id as i32,
-                        log_end_offset: leader_end,
-                        last_fetch_timestamp: now_ms,
-                        last_caught_up_timestamp: now_ms,
-                    };
-                }
-                let index = matched.get(&id).copied().flatten().map(|l| l.index);
-                let log_end_offset = match index {
-                    Some(i) if Some(i) == leader_last => leader_end,
-                    Some(i) => self.log.end_offset_of(i).unwrap_or(-1),
-                    None => -1,
-                };
-                ReplicaState {
+        let membership = m.membership_config.membership();
+        let voter_ids: Vec<NodeId> = membership.voter_ids().collect();
+        let state = |id: NodeId| {
+            if id == self.node_id {
+                return ReplicaState {
                     replica_id: id as i32,
-                    log_end_offset,
-                    last_fetch_timestamp: wall(self.liveness.last_ack(id)),
-                    last_caught_up_timestamp: wall(self.liveness.last_caught_up(id)),
-                }
-            })
-            .collect();
+                    log_end_offset: leader_end,
+                    last_fetch_timestamp: now_ms,
+                    last_caught_up_timestamp: now_ms,
+                };
+            }
+            let index = matched.get(&id).copied().flatten().map(|l| l.index);
+            let log_end_offset = match index {
+                Some(i) if Some(i) == leader_last => leader_end,
+                Some(i) => self.log.end_offset_of(i).unwrap_or(-1),
+                None => -1,
+            };
+            ReplicaState {
+                replica_id: id as i32,
+                log_end_offset,
+                last_fetch_timestamp: wall(self.liveness.last_ack(id)),
+                last_caught_up_timestamp: wall(self.liveness.last_caught_up(id)),
+            }
+        };
+        let voters = voter_ids.iter().map(|&id| state(id)).collect();
+        // Learners: the broker-only nodes the leader replicates to.
+        let observers = membership.learner_ids().map(state).collect();
         Ok(QuorumDescription {
             leader_id: self.node_id as i32,
             leader_epoch: i32::try_from(m.current_term).unwrap_or(i32::MAX),
             high_watermark: log.high_watermark(),
             voters,
-            observers: Vec::new(),
+            observers,
             endpoints: self
                 .voters
                 .iter()

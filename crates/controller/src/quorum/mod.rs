@@ -92,6 +92,11 @@ pub struct QuorumConfig {
     /// one) that has not answered the leader's heartbeats for this long is
     /// fenced; it is unfenced when it answers again.
     pub broker_session_timeout_ms: u64,
+    /// `Some(host)`: this node is an observer (`process.roles=broker`), not
+    /// a voter: it receives the committed log as a Raft learner, which the
+    /// leader pushes to `host:<port of the listener it is started on>`;
+    /// its changes are forwarded to the leader like a follower's.
+    pub observer_host: Option<String>,
     pub log: MetadataLogConfig,
 }
 
@@ -108,6 +113,7 @@ impl QuorumConfig {
             snapshot_every_entries: 1000,
             entries_kept_after_snapshot: 100,
             broker_session_timeout_ms: 9000,
+            observer_host: None,
             log: MetadataLogConfig::default(),
         }
     }
@@ -142,6 +148,8 @@ pub struct MetadataQuorum {
     server: JoinHandle<()>,
     jitter: JoinHandle<()>,
     fencer: JoinHandle<()>,
+    /// An observer's task asking the leader to replicate to it.
+    joiner: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for MetadataQuorum {
@@ -159,14 +167,32 @@ impl MetadataQuorum {
     /// on `listener` (the CONTROLLER listener, already bound). On first
     /// start the voter set is written as the log's first entry (the
     /// "format" step Kafka needs a tool for); every voter does the same,
-    /// so their first entries agree.
+    /// so their first entries agree. An observer (`observer_host` set)
+    /// writes nothing: it asks the leader to add it as a learner and
+    /// receives the log from it.
     pub async fn start(
         data_dir: &Path,
         config: QuorumConfig,
         listener: TcpListener,
         clock: Arc<dyn Clock>,
     ) -> Result<Self> {
-        if !config.voters.contains_key(&config.node_id) {
+        let observer_addr = match &config.observer_host {
+            Some(host) => {
+                if config.voters.contains_key(&config.node_id) {
+                    return Err(ControllerError::Quorum(format!(
+                        "node.id {} is a voter of controller.quorum.voters: it cannot be an observer",
+                        config.node_id
+                    )));
+                }
+                let port = listener
+                    .local_addr()
+                    .map_err(|e| ControllerError::Quorum(format!("observer listener: {e}")))?
+                    .port();
+                Some(format!("{host}:{port}"))
+            }
+            None => None,
+        };
+        if observer_addr.is_none() && !config.voters.contains_key(&config.node_id) {
             return Err(ControllerError::Quorum(format!(
                 "node.id {} is not among controller.quorum.voters {:?}",
                 config.node_id,
@@ -218,7 +244,7 @@ impl MetadataQuorum {
             .is_initialized()
             .await
             .map_err(|e| ControllerError::Quorum(e.to_string()))?;
-        if !initialized {
+        if !initialized && observer_addr.is_none() {
             let members: BTreeMap<NodeId, BasicNode> = config
                 .voters
                 .iter()
@@ -239,7 +265,22 @@ impl MetadataQuorum {
                 }
             }
         }
-        tracing::info!(node_id = config.node_id, voters = ?config.voters, "metadata quorum started");
+        let joiner = observer_addr.map(|addr| {
+            tokio::spawn(join_as_observer(
+                config.node_id,
+                addr,
+                config.voters.clone(),
+                raft.clone(),
+                sm.clone(),
+                Duration::from_millis(config.request_timeout_ms.max(100)),
+            ))
+        });
+        tracing::info!(
+            node_id = config.node_id,
+            voters = ?config.voters,
+            observer = joiner.is_some(),
+            "metadata quorum started"
+        );
         let committed = log.state().committed;
         let quorum = Self {
             node_id: config.node_id,
@@ -258,6 +299,7 @@ impl MetadataQuorum {
             server,
             jitter,
             fencer,
+            joiner,
         };
         // openraft re-applies what was committed before the restart; the
         // image is complete (for the broker's start-up reconciliation) once
@@ -298,6 +340,11 @@ impl MetadataQuorum {
     /// The current term (Kafka's leader epoch of the quorum).
     pub fn term(&self) -> u64 {
         self.raft.metrics().borrow().current_term
+    }
+
+    /// Whether this node is an observer (broker-only), not a voter.
+    pub fn is_observer(&self) -> bool {
+        !self.voters.contains_key(&self.node_id)
     }
 
     /// The voters' ids.
@@ -458,6 +505,9 @@ impl MetadataQuorum {
         self.server.abort();
         self.jitter.abort();
         self.fencer.abort();
+        if let Some(j) = &self.joiner {
+            j.abort();
+        }
         self.raft
             .shutdown()
             .await
@@ -558,6 +608,71 @@ async fn fence_silent_brokers(
                 }
             }
         }
+    }
+}
+
+/// An observer's way in (Kafka's brokers fetch the metadata log from the
+/// active controller; openraft's leader pushes it to learners): until its
+/// applied membership names it as a learner at `addr`, ask the quorum
+/// leader (the one it knows, else each voter in turn, following "not the
+/// leader" answers) to add it, or to update its address after a restart
+/// on another port.
+async fn join_as_observer(
+    node_id: NodeId,
+    addr: String,
+    voters: BTreeMap<NodeId, String>,
+    raft: Raft,
+    sm: StateMachine,
+    ttl: Duration,
+) {
+    let joined = |sm: &StateMachine| {
+        sm.applied()
+            .membership
+            .membership()
+            .get_node(&node_id)
+            .is_some_and(|n| n.addr == addr)
+    };
+    if voters.is_empty() {
+        return;
+    }
+    let mut next_hint: Option<NodeId> = None;
+    let mut turn = 0usize;
+    loop {
+        if joined(&sm) {
+            tracing::info!(node_id, %addr, "receiving the metadata log as an observer");
+            return;
+        }
+        let known = raft.metrics().borrow().current_leader;
+        let ids: Vec<NodeId> = voters.keys().copied().collect();
+        let target = next_hint
+            .take()
+            .or(known)
+            .filter(|id| voters.contains_key(id))
+            .unwrap_or_else(|| {
+                turn += 1;
+                ids[turn % ids.len()]
+            });
+        if let Some(vaddr) = voters.get(&target) {
+            let mut peer = Peer::new(target, vaddr.clone());
+            match peer.join(node_id, &addr, ttl).await {
+                Ok(()) => {
+                    // Added: wait for the membership entry to arrive.
+                    let _ = tokio::time::timeout(ttl, async {
+                        let mut rx = sm.subscribe();
+                        while !joined(&sm) {
+                            if rx.changed().await.is_err() {
+                                return;
+                            }
+                        }
+                    })
+                    .await;
+                    continue;
+                }
+                Err(CallError::NotLeader { leader, .. }) => next_hint = leader,
+                Err(e) => tracing::debug!(error = %e, "observer join not taken yet; retrying"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -53,6 +53,9 @@ const KIND_APPEND: u8 = 2;
 const KIND_SNAPSHOT: u8 = 3;
 const KIND_FORWARD: u8 = 4;
 const KIND_DESCRIBE: u8 = 5;
+/// An observer (broker-only node) asks the leader to replicate the
+/// committed log to it as a Raft learner at the address it names.
+const KIND_JOIN: u8 = 6;
 
 const STATUS_OK: u8 = 0;
 const STATUS_ERROR: u8 = 1;
@@ -414,6 +417,23 @@ impl Peer {
 }
 
 impl Peer {
+    /// Asks this peer, the quorum leader, to replicate the metadata log to
+    /// observer `node_id` (a broker-only node) at `addr`, its listener for
+    /// the leader's AppendEntries: added as a Raft learner, or its address
+    /// updated when it restarted on another port.
+    pub async fn join(
+        &mut self,
+        node_id: NodeId,
+        addr: &str,
+        ttl: Duration,
+    ) -> Result<(), CallError> {
+        let mut w = Writer::default();
+        w.u8(KIND_JOIN);
+        w.u64(node_id);
+        w.str(addr);
+        self.call(&w.buf, ttl).await.map(|_| ())
+    }
+
     /// Asks this peer, the quorum leader, to describe the quorum.
     pub async fn describe(&mut self, ttl: Duration) -> Result<QuorumDescription, CallError> {
         let body = self.call(&[KIND_DESCRIBE], ttl).await?;
@@ -694,6 +714,12 @@ async fn handle(
                 Err(leader) => not_leader(leader),
             }
         }
+        KIND_JOIN => {
+            let node_id = r.u64().map_err(invalid)?;
+            let addr = r.string().map_err(invalid)?;
+            r.finish().map_err(invalid)?;
+            join(raft, node_id, addr).await
+        }
         k => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -702,6 +728,52 @@ async fn handle(
         }
     };
     Ok(answer)
+}
+
+/// Serves a Join on the leader: `node_id` becomes a learner at `addr`
+/// (openraft's `add_learner`; a membership entry), or has its address
+/// replaced when it is a learner elsewhere (a restart on another port).
+/// A voter id is refused: a broker-only node must not take a voter's id.
+async fn join(raft: &Raft, node_id: NodeId, addr: String) -> Vec<u8> {
+    let (leader, current) = {
+        let m = raft.metrics();
+        let m = m.borrow();
+        (
+            (m.state == openraft::ServerState::Leader).then_some(m.id),
+            m.membership_config.membership().clone(),
+        )
+    };
+    let Some(_) = leader else {
+        let known = raft.metrics().borrow().current_leader;
+        return not_leader(known);
+    };
+    if current.voter_ids().any(|v| v == node_id) {
+        return error(format!(
+            "node {node_id} is a voter of the metadata quorum: an observer (process.roles=broker) must not use a voter's node.id"
+        ));
+    }
+    let node = BasicNode::new(addr.clone());
+    let result = match current.get_node(&node_id) {
+        Some(n) if n.addr == addr => return ok(|_| {}),
+        Some(_) => {
+            raft.change_membership(
+                openraft::ChangeMembers::SetNodes([(node_id, node)].into_iter().collect()),
+                true,
+            )
+            .await
+        }
+        None => raft.add_learner(node_id, node, false).await,
+    };
+    match result {
+        Ok(_) => {
+            tracing::info!(observer = node_id, %addr, "observer replicates the metadata log");
+            ok(|_| {})
+        }
+        Err(RaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(f))) => {
+            not_leader(f.leader_id)
+        }
+        Err(e) => error(e),
+    }
 }
 
 #[cfg(test)]
