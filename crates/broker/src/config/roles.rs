@@ -166,3 +166,192 @@ impl BrokerConfig {
         Ok(roles)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::BrokerError;
+
+    const VOTERS: &str = "1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097";
+
+    fn config(pairs: &[(&str, &str)]) -> BrokerConfig {
+        let mut c = BrokerConfig::default();
+        for (k, v) in pairs {
+            c.set(k, v).expect(k);
+        }
+        c
+    }
+
+    /// The key a validation failure names, and its reason.
+    fn refused(pairs: &[(&str, &str)]) -> (String, String) {
+        match config(pairs).validate() {
+            Err(BrokerError::InvalidConfig { key, reason, .. }) => (key, reason),
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    fn controller(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+        let mut v = vec![
+            ("process.roles", "controller"),
+            ("node.id", "1"),
+            ("listeners", "CONTROLLER://127.0.0.1:9093"),
+            ("controller.listener.names", "CONTROLLER"),
+            ("controller.quorum.voters", VOTERS),
+        ];
+        v.extend_from_slice(extra);
+        v
+    }
+
+    fn broker(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+        let mut v = vec![
+            ("process.roles", "broker"),
+            ("node.id", "4"),
+            ("listeners", "PLAINTEXT://127.0.0.1:9092"),
+            ("controller.listener.names", "CONTROLLER"),
+            ("controller.quorum.voters", VOTERS),
+        ];
+        v.extend_from_slice(extra);
+        v
+    }
+
+    #[test]
+    fn no_arguments_is_the_single_combined_node() {
+        let c = BrokerConfig::default();
+        c.validate().expect("valid");
+        assert_eq!(
+            c.process_roles().expect("roles"),
+            ProcessRoles {
+                broker: true,
+                controller: true
+            }
+        );
+        assert!(c.quorum_config().expect("ok").is_none());
+    }
+
+    #[test]
+    fn unknown_duplicate_and_missing_roles_are_refused() {
+        let mut c = BrokerConfig::default();
+        // The key's own check already refuses an unknown role.
+        assert!(c.set("process.roles", "broker,zookeeper").is_err());
+        c.set("process.roles", "broker,broker").expect("set");
+        let e = c.process_roles().expect_err("duplicate");
+        assert!(
+            e.to_string()
+                .contains("Duplicate role names found in `process.roles`"),
+            "{e}"
+        );
+        c.set("process.roles", "").expect("set");
+        assert!(c.process_roles().is_err());
+    }
+
+    #[test]
+    fn a_controller_only_node_serves_only_its_controller_listener() {
+        let c = config(&controller(&[]));
+        c.validate().expect("valid");
+        let roles = c.process_roles().expect("roles");
+        assert!(roles.controller_only() && !roles.broker_only());
+        let (q, l) = c.quorum_config().expect("ok").expect("a voter");
+        assert_eq!((q.node_id, q.observer_host.clone()), (1, None));
+        assert_eq!((l.name.as_str(), l.port), ("CONTROLLER", 9093));
+        // A broker listener beside it.
+        let (key, reason) = refused(&controller(&[(
+            "listeners",
+            "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+        )]));
+        assert_eq!(key, "listeners");
+        assert!(
+            reason.contains("must only contain KRaft controller listeners"),
+            "{reason}"
+        );
+        // Not a voter.
+        let (key, reason) = refused(&controller(&[("node.id", "7")]));
+        assert_eq!(key, "node.id");
+        assert!(
+            reason.contains("must be included in the set of voters"),
+            "{reason}"
+        );
+        // No voters.
+        let (key, _) = refused(&controller(&[("controller.quorum.voters", "")]));
+        assert_eq!(key, "controller.quorum.voters");
+        // Its listener not named in controller.listener.names.
+        let (key, _) = refused(&controller(&[("controller.listener.names", "OTHER")]));
+        assert_eq!(key, "listeners");
+        // A single controller-only voter still runs the quorum (brokers
+        // join it).
+        let alone = config(&controller(&[(
+            "controller.quorum.voters",
+            "1@127.0.0.1:9093",
+        )]));
+        alone.validate().expect("valid");
+        assert!(alone.quorum_config().expect("ok").is_some());
+    }
+
+    #[test]
+    fn a_broker_only_node_is_an_observer_of_the_voters() {
+        let c = config(&broker(&[(
+            "advertised.listeners",
+            "PLAINTEXT://node4.example:9092",
+        )]));
+        c.validate().expect("valid");
+        assert!(c.process_roles().expect("roles").broker_only());
+        let (q, l) = c.quorum_config().expect("ok").expect("an observer");
+        assert_eq!(q.node_id, 4);
+        assert_eq!(q.voters.len(), 3);
+        // The leader pushes the log to the advertised host, on a port
+        // chosen at bind.
+        assert_eq!(q.observer_host.as_deref(), Some("node4.example"));
+        assert_eq!((l.host.as_str(), l.port), ("127.0.0.1", 0));
+        // A voter's id.
+        let (key, reason) = refused(&broker(&[("node.id", "2")]));
+        assert_eq!(key, "node.id");
+        assert!(
+            reason.contains("must not be included in the set of voters"),
+            "{reason}"
+        );
+        // No voters.
+        let (key, _) = refused(&broker(&[("controller.quorum.voters", "")]));
+        assert_eq!(key, "controller.quorum.voters");
+        // No controller.listener.names.
+        let (key, reason) = refused(&broker(&[("controller.listener.names", "")]));
+        assert_eq!(key, "controller.listener.names");
+        assert!(
+            reason.contains("must contain at least one value"),
+            "{reason}"
+        );
+        // A controller listener of its own.
+        let (key, reason) = refused(&broker(&[(
+            "listeners",
+            "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+        )]));
+        assert_eq!(key, "controller.listener.names");
+        assert!(
+            reason.contains("must not contain a value appearing in the 'listeners'"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_combined_voter_needs_its_id_and_controller_listener() {
+        let base = [
+            ("process.roles", "broker,controller"),
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:9094,CONTROLLER://127.0.0.1:9095",
+            ),
+            ("controller.listener.names", "CONTROLLER"),
+            ("controller.quorum.voters", VOTERS),
+        ];
+        let mut ok = base.to_vec();
+        ok.push(("node.id", "2"));
+        config(&ok).validate().expect("valid");
+        let mut stranger = base.to_vec();
+        stranger.push(("node.id", "9"));
+        assert_eq!(refused(&stranger).0, "node.id");
+        let mut no_listener = base.to_vec();
+        no_listener.extend([
+            ("node.id", "2"),
+            ("listeners", "PLAINTEXT://127.0.0.1:9094"),
+        ]);
+        assert_eq!(refused(&no_listener).0, "controller.listener.names");
+    }
+}
