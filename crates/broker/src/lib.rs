@@ -51,6 +51,8 @@ mod partition;
 mod producer_ids;
 mod reconcile;
 mod replication;
+#[cfg(test)]
+mod roles_tests;
 pub mod server;
 #[cfg(test)]
 mod test_quorum;

@@ -174,3 +174,94 @@ pub(crate) async fn cluster_with(
 pub(crate) fn node(nodes: &[Option<Node>], id: i32) -> Arc<Broker> {
     Arc::clone(&nodes[(id - 1) as usize].as_ref().expect("running").broker)
 }
+
+/// Configurations of a split cluster (design 025): `controllers`
+/// controller-only voters (ids 1 to `controllers`, a CONTROLLER listener
+/// each) and `brokers` broker-only observers (the next ids, a PLAINTEXT
+/// listener each), plus `extra` keys for every node (a closure of the
+/// node's id). Controllers first, then brokers.
+pub(crate) fn split_configs(
+    controllers: usize,
+    brokers: usize,
+    extra: impl Fn(usize) -> Vec<(&'static str, String)>,
+) -> (Vec<BrokerConfig>, Vec<BrokerConfig>, Vec<tempfile::TempDir>) {
+    let ports: Vec<u16> = (0..controllers).map(|_| free_port()).collect();
+    let voters = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let dirs: Vec<tempfile::TempDir> = (0..controllers + brokers)
+        .map(|_| tempfile::tempdir().expect("dir"))
+        .collect();
+    let mut all: Vec<BrokerConfig> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, dir)| {
+            let id = i + 1;
+            let (roles, listeners) = if i < controllers {
+                ("controller", format!("CONTROLLER://127.0.0.1:{}", ports[i]))
+            } else {
+                ("broker", format!("PLAINTEXT://127.0.0.1:{}", free_port()))
+            };
+            let common = [
+                ("log.dirs", dir.path().display().to_string()),
+                ("node.id", id.to_string()),
+                ("process.roles", roles.into()),
+                ("listeners", listeners),
+                ("controller.listener.names", "CONTROLLER".into()),
+                ("controller.quorum.voters", voters.clone()),
+                ("controller.quorum.election.timeout.ms", "300".into()),
+                ("controller.quorum.request.timeout.ms", "5000".into()),
+            ];
+            let mut c = BrokerConfig::default();
+            for (k, v) in common.into_iter().chain(extra(id)) {
+                c.set(k, &v).expect(k);
+            }
+            c
+        })
+        .collect();
+    let brokers = all.split_off(controllers);
+    (all, brokers, dirs)
+}
+
+/// A running controller-only node.
+pub(crate) struct ControllerProc {
+    pub(crate) quorum: Arc<sluice_controller::quorum::MetadataQuorum>,
+    config: BrokerConfig,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts a controller-only node on `config`.
+pub(crate) async fn start_controller(config: BrokerConfig) -> ControllerProc {
+    let node = crate::controller_node::ControllerNode::bind(config.clone())
+        .await
+        .expect("bind a controller");
+    let quorum = Arc::clone(node.quorum());
+    let (stop, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        node.run(async {
+            let _ = rx.await;
+        })
+        .await
+        .expect("run");
+    });
+    ControllerProc {
+        quorum,
+        config,
+        stop,
+        task,
+    }
+}
+
+impl ControllerProc {
+    /// Stops the controller; its config restarts it on the same folder.
+    pub(crate) async fn stop(self) -> BrokerConfig {
+        let _ = self.stop.send(());
+        drop(self.quorum);
+        self.task.await.expect("controller task");
+        self.config
+    }
+}
