@@ -31,20 +31,30 @@ LAG_TIME_MS = 3000
 
 
 class Node:
-    def __init__(self, node_id, folder, broker_port, controller_port, voters, extra, proxies=()):
+    def __init__(self, node_id, folder, broker_port, controller_port, voters, extra, proxies=(),
+                 roles="broker,controller"):
+        """`roles` is `process.roles`: a controller-only node has only its
+        CONTROLLER listener (`broker_port` None), a broker-only node only
+        its PLAINTEXT one (`controller_port` None)."""
         self.id = node_id
         self.folder = Path(folder)
+        self.roles = roles
         self.port = broker_port
         self.controller_port = controller_port
         self.properties = self.folder / f"server-{node_id}.properties"
         self.log_path = self.folder / f"node-{node_id}.log"
         self.proc = None
         self.proxies = list(proxies)
+        listeners = []
+        if broker_port is not None:
+            listeners.append(f"PLAINTEXT://127.0.0.1:{broker_port}")
+        if controller_port is not None:
+            listeners.append(f"CONTROLLER://127.0.0.1:{controller_port}")
         keys = {
-            "process.roles": "broker,controller",
+            "process.roles": roles,
             "node.id": str(node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}",
+            "listeners": ",".join(listeners),
             "controller.listener.names": "CONTROLLER",
             "log.dirs": str(self.folder / f"data-{node_id}"),
             "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
@@ -62,6 +72,10 @@ class Node:
     def bootstrap(self):
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def is_broker(self):
+        return "broker" in self.roles.split(",")
+
     def start(self):
         env = dict(os.environ)
         env.setdefault("RUST_LOG", "info")
@@ -76,7 +90,8 @@ class Node:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"node {self.id} exited with {self.proc.returncode}: {self.log()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                port = self.port if self.is_broker else self.controller_port
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                     return
             except OSError:
                 time.sleep(0.05)
@@ -244,3 +259,40 @@ class Cluster:
                     return False
             return True
         self.wait_for(full, f"every replica of {topic} in sync", timeout)
+
+
+class SplitCluster(Cluster):
+    """Kafka's split topology (design 025): `controllers` controller-only
+    voters (ids 1 to `controllers`, a CONTROLLER listener each) and
+    `brokers` broker-only nodes (the next ids, a PLAINTEXT listener each)
+    that observe the quorum. `extra` keys go to every node,
+    `broker_extra` to the brokers only."""
+
+    def __init__(self, folder, controllers=3, brokers=2, extra=None, broker_extra=None):
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        cports = [free_port() for _ in range(controllers)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{p}" for i, p in enumerate(cports))
+        self.nodes = {}
+        for i, p in enumerate(cports):
+            self.nodes[i + 1] = Node(i + 1, folder, None, p, voters, extra or {}, roles="controller")
+        for j in range(brokers):
+            node_id = controllers + j + 1
+            keys = dict(extra or {})
+            keys.update(broker_extra or {})
+            self.nodes[node_id] = Node(node_id, folder, free_port(), None, voters, keys, roles="broker")
+        self.brokers = [n for n in self.nodes.values() if n.is_broker]
+        self.controllers = [n for n in self.nodes.values() if not n.is_broker]
+
+    @property
+    def bootstrap(self):
+        return ",".join(n.bootstrap for n in self.brokers)
+
+    def start(self, timeout=60):
+        for n in self.nodes.values():
+            n.start()
+        for n in self.nodes.values():
+            n.wait_listening()
+        self.wait_for(lambda: len(self.metadata().brokers) == len(self.brokers),
+                      "the brokers registered", timeout)
+        return self

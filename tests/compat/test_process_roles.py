@@ -1,0 +1,118 @@
+"""Kafka's split topology with `sluice server` processes (design 025):
+three controller-only nodes (`process.roles=controller`, ids 1 to 3) and
+two broker-only nodes (`process.roles=broker`, ids 4 and 5), started from
+server.properties files with Kafka's keys only (tests/compat/cluster.py,
+SplitCluster). confluent-kafka produces (idempotent, acks=all) and
+consumes (a group) through the brokers while the quorum leader and then a
+partition leader are SIGKILLed; `sluice cluster describe` shows the
+controllers as voters and the brokers as observers and brokers."""
+import re
+import subprocess
+import time
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import NewTopic
+
+from cluster import SplitCluster
+from conftest import BIN
+
+TOPIC = "split"
+
+
+def describe(cluster):
+    """`sluice cluster describe` as {"brokers", "voters", "observers",
+    "leader", "controller"}."""
+    out = subprocess.run([BIN, "cluster", "describe", "--bootstrap-server", cluster.bootstrap],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+
+    def ids(kind):
+        return sorted(int(m) for m in re.findall(rf"^{kind}: (\d+)\t", text, re.M))
+
+    return {
+        "brokers": ids("Broker"),
+        "voters": ids("Voter"),
+        "observers": ids("Observer"),
+        "leader": int(re.search(r"QuorumLeaderId: (-?\d+)", text).group(1)),
+        "controller": int(re.search(r"ControllerId: (-?\d+)", text).group(1)),
+        "text": text,
+    }
+
+
+def produce(bootstrap, first, count):
+    """`count` records acks=all, idempotent; every one must be delivered."""
+    errors, acked = [], []
+
+    def report(err, msg):
+        (errors if err else acked).append(err or msg.value())
+
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                  "linger.ms": 5, "log_level": 0})
+    for i in range(first, first + count):
+        p.produce(TOPIC, key=str(i % 7).encode(), value=f"v{i}".encode(), on_delivery=report)
+        p.poll(0)
+    assert p.flush(90) == 0, "records still undelivered"
+    assert not errors, errors
+    return {v.decode() for v in acked}
+
+
+def test_controllers_and_brokers_in_separate_processes(tmp_path):
+    cluster = SplitCluster(tmp_path, controllers=3, brokers=2,
+                           broker_extra={"offsets.topic.replication.factor": "2"}).start()
+    try:
+        # Only the brokers are brokers; the controllers vote, the brokers
+        # observe the metadata log.
+        assert sorted(cluster.metadata().brokers) == [4, 5]
+        cluster.wait_for(lambda: describe(cluster)["observers"] == [4, 5], "two observers")
+        d = describe(cluster)
+        assert d["brokers"] == [4, 5], d["text"]
+        assert d["voters"] == [1, 2, 3], d["text"]
+        assert d["leader"] in (1, 2, 3), d["text"]
+        assert d["controller"] in (4, 5), d["text"]
+
+        admin = cluster.admin()
+        admin.create_topics([NewTopic(TOPIC, 2, 2)])[TOPIC].result(30)
+        cluster.wait_for(lambda: all(sorted(cluster.partition(TOPIC, p)[2]) == [4, 5] for p in (0, 1)),
+                         "both replicas in sync")
+        sent = produce(cluster.bootstrap, 0, 200)
+
+        # The quorum leader (a controller-only node) is SIGKILLed: the
+        # brokers keep serving, and a topic created through them is
+        # committed by the new leader.
+        old = d["leader"]
+        cluster.nodes[old].kill()
+        sent |= produce(cluster.bootstrap, 200, 200)
+        admin.create_topics([NewTopic("later", 1, 2)])["later"].result(60)
+        cluster.wait_for(lambda: describe(cluster)["leader"] not in (-1, old), "a new quorum leader")
+
+        # A partition leader (a broker-only node) is SIGKILLed: the other
+        # broker takes over once the session times out.
+        leader, _, _ = cluster.partition(TOPIC, 0)
+        cluster.nodes[leader].kill()
+        cluster.wait_for(lambda: cluster.partition(TOPIC, 0)[0] not in (-1, leader), "a new partition leader")
+        sent |= produce(cluster.bootstrap, 400, 200)
+
+        # Both come back and catch up.
+        cluster.nodes[old].start().wait_listening()
+        cluster.nodes[leader].start().wait_listening()
+        cluster.wait_for(lambda: all(sorted(cluster.partition(TOPIC, p)[2]) == [4, 5] for p in (0, 1)),
+                         "both replicas back in sync", timeout=90)
+        cluster.wait_for(lambda: sorted(describe(cluster)["voters"]) == [1, 2, 3]
+                         and describe(cluster)["observers"] == [4, 5], "the quorum whole again")
+
+        # A group reads back every acknowledged record.
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g",
+                      "auto.offset.reset": "earliest", "log_level": 0})
+        c.subscribe([TOPIC])
+        got = set()
+        deadline = time.time() + 90
+        while len(got) < len(sent) and time.time() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                got.add(m.value().decode())
+        c.commit(asynchronous=False)
+        c.close()
+        assert got == sent, f"{len(sent - got)} acknowledged records not read back"
+    finally:
+        cluster.stop()
