@@ -240,6 +240,31 @@ impl Broker {
             .unwrap_or(self.node_id)
     }
 
+    /// Whether this node does the cluster-wide duties Kafka's active
+    /// controller does from the broker side (the automatic preferred
+    /// leader rebalance): the quorum leader when it is a broker (a
+    /// combined node); when the leader is a controller-only node, the
+    /// registered, unfenced broker with the lowest id (design 025).
+    pub(crate) fn has_controller_duties(&self) -> bool {
+        let Some(q) = self.metadata.quorum() else {
+            return true;
+        };
+        let leader = q.leader().and_then(|l| i32::try_from(l).ok());
+        match leader {
+            None => false,
+            Some(l) if self.is_broker(l) => l == self.node_id,
+            Some(_) => {
+                let lowest = self
+                    .image()
+                    .brokers()
+                    .filter(|b| !b.fenced)
+                    .map(|b| b.id)
+                    .min();
+                lowest == Some(self.node_id)
+            }
+        }
+    }
+
     /// Whether `replica_id` may fetch `partition` as a follower: a broker
     /// of the cluster other than this node (a leader does not fetch from
     /// itself) and one of the partition's replicas (Kafka's

@@ -104,6 +104,13 @@ async fn three_controllers_and_two_brokers_serve_through_broker_and_controller_f
     }
     let b4 = broker(&brokers, 4);
     assert!(b4.metadata.quorum().expect("quorum").is_observer());
+    // The broker-side controller duties (the preferred-leader rebalance)
+    // fall to the lowest-id broker: the quorum leader is no broker.
+    eventually("broker 4 has the controller duties", || {
+        b4.has_controller_duties()
+    })
+    .await;
+    assert!(!broker(&brokers, 5).has_controller_duties());
     // DescribeCluster: the brokers only; the controller id is a broker
     // (the quorum leader is a controller-only node clients cannot reach).
     let dc = describe_cluster(&b4).await;

@@ -1,7 +1,8 @@
 //! The automatic preferred-leader rebalance (`auto.leader.rebalance.enable`,
 //! Kafka's `QuorumController.maybeBalancePartitionLeaders`): every
 //! `leader.imbalance.check.interval.seconds`, the node that leads the
-//! metadata quorum elects the first replica of each partition led by
+//! metadata quorum (when that is a controller-only node: the lowest-id
+//! live broker, `Broker::has_controller_duties`) elects the first replica of each partition led by
 //! another replica, when the first is in the ISR and not fenced
 //! (`sluice_controller::election::rebalance`), at most 1,000 partitions a
 //! round. Leaderships that moved on a failure so come back once the
@@ -35,7 +36,7 @@ pub(crate) async fn run(broker: Weak<Broker>, mut stop: watch::Receiver<bool>) {
         let Some(b) = broker.upgrade() else { return };
         if b.settings.auto_leader_rebalance_enable
             && b.metadata.quorum().is_some()
-            && b.controller_id() == b.node_id
+            && b.has_controller_duties()
         {
             let done = tokio::task::spawn_blocking(move || b.rebalance_leaders()).await;
             if let Err(e) = done {
