@@ -823,12 +823,15 @@ mod tests {
             vec![KIND_VOTE, 1, 2],
             vec![KIND_APPEND, 0, 0, 0],
             vec![KIND_FORWARD, 0xff, 0xff, 0xff, 0xff],
+            vec![KIND_JOIN, 0, 0, 0],
+            vec![KIND_JOIN, 0, 0, 0, 0, 0, 0, 0, 4, 0, 9, b'a'],
         ] {
             let mut r = Reader::new(&frame[1..]);
             let decoded = match frame[0] {
                 KIND_VOTE => r.vote().map(|_| ()),
                 KIND_APPEND => decode_append_request(&mut r).map(|_| ()),
                 KIND_FORWARD => r.records().map(|_| ()),
+                KIND_JOIN => r.u64().and_then(|_| r.string()).map(|_| ()),
                 _ => Err(CodecError("unknown kind".into())),
             };
             assert!(decoded.is_err(), "{frame:?}");

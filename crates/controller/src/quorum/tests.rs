@@ -555,3 +555,98 @@ async fn three_controllers_elect_replicate_fail_over_and_catch_up() {
         }
     }
 }
+
+/// Starts observer `id` of the quorum of `voters` (a broker-only node).
+async fn start_observer(
+    id: NodeId,
+    dir: &Path,
+    voters: &BTreeMap<NodeId, String>,
+) -> MetadataQuorum {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let mut c = config(id, voters);
+    c.observer_host = Some("127.0.0.1".into());
+    MetadataQuorum::start(dir, c, listener, clock())
+        .await
+        .expect("start an observer")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_observer_joins_as_a_learner_follows_the_log_and_forwards_its_writes() {
+    let mut voters = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        voters.insert(id, l.local_addr().expect("addr").to_string());
+    }
+    let dirs: Vec<_> = (0..5)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let mut nodes = Vec::new();
+    for id in 1..=3u64 {
+        nodes.push(start(id, dirs[id as usize - 1].path(), &voters).await);
+    }
+    // A voter's id is refused as an observer before anything starts.
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let mut bad = config(2, &voters);
+    bad.observer_host = Some("127.0.0.1".into());
+    assert!(
+        MetadataQuorum::start(dirs[4].path(), bad, listener, clock())
+            .await
+            .is_err()
+    );
+
+    let observer = start_observer(4, dirs[3].path(), &voters).await;
+    assert!(observer.is_observer() && !nodes[0].is_observer());
+    let leader = eventually("the observer knows the leader", || observer.leader()).await;
+    assert!(voters.contains_key(&leader));
+    // A write through the observer is forwarded to the leader and seen by
+    // every voter and by the observer.
+    let image = observer
+        .write(topic_records("t1", 2))
+        .await
+        .expect("write through the observer");
+    assert!(image.topic("t1").is_some());
+    for q in &nodes {
+        eventually("t1 on the voters", || q.image().topic("t1").map(|_| ())).await;
+    }
+    // The leader describes it as an observer, not a voter, caught up.
+    let mut described = None;
+    for _ in 0..400 {
+        if let Ok(d) = nodes[0].describe().await {
+            if d.observers
+                .iter()
+                .any(|o| o.replica_id == 4 && o.log_end_offset == d.high_watermark)
+            {
+                described = Some(d);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let d = described.expect("the observer described and caught up");
+    assert_eq!(
+        d.voters.iter().map(|v| v.replica_id).collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    // A Join naming a voter's id is refused by the leader.
+    let mut peer = network::Peer::new(leader, voters[&leader].clone());
+    let refused = peer
+        .join(1, "127.0.0.1:1", Duration::from_secs(5))
+        .await
+        .expect_err("a voter's id");
+    assert!(refused.to_string().contains("is a voter"), "{refused}");
+    // Restarted on another port, the observer has its address replaced
+    // and keeps receiving the log.
+    observer.shutdown().await.expect("stop");
+    drop(observer);
+    nodes[0].write(topic_records("t2", 1)).await.expect("t2");
+    let observer = start_observer(4, dirs[3].path(), &voters).await;
+    eventually("t2 reaches the restarted observer", || {
+        observer.image().topic("t2").map(|_| ())
+    })
+    .await;
+    assert!(observer.image().topic("t1").is_some());
+    observer.shutdown().await.expect("stop");
+    for q in nodes {
+        q.shutdown().await.expect("stop");
+    }
+}
