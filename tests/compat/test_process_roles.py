@@ -116,3 +116,35 @@ def test_controllers_and_brokers_in_separate_processes(tmp_path):
         assert got == sent, f"{len(sent - got)} acknowledged records not read back"
     finally:
         cluster.stop()
+
+
+def test_role_misconfigurations_stop_the_server_naming_the_key(tmp_path):
+    """Kafka's checks of `process.roles` at start: the process exits
+    non-zero, naming the key, before writing anything."""
+    voters = "1@127.0.0.1:1,2@127.0.0.1:2,3@127.0.0.1:3"
+    cases = [
+        ({"process.roles": "controller", "node.id": "1",
+          "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0"},
+         "configuration listeners: The listeners config must only contain KRaft controller listeners"),
+        ({"process.roles": "controller", "node.id": "7", "listeners": "CONTROLLER://127.0.0.1:0"},
+         "configuration node.id: If process.roles contains the 'controller' role, the node id 7 must be included"),
+        ({"process.roles": "broker", "node.id": "2", "listeners": "PLAINTEXT://127.0.0.1:0"},
+         "configuration node.id: If process.roles contains just the 'broker' role, the node id 2 must not be included"),
+        ({"process.roles": "broker", "node.id": "4",
+          "listeners": "PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0"},
+         "configuration controller.listener.names: controller.listener.names must not contain a value appearing"),
+        ({"process.roles": "broker", "node.id": "4", "listeners": "PLAINTEXT://127.0.0.1:0",
+          "controller.quorum.voters": ""},
+         "configuration controller.quorum.voters:"),
+    ]
+    for i, (keys, expected) in enumerate(cases):
+        props = {"controller.quorum.voters": voters, "controller.listener.names": "CONTROLLER",
+                 "log.dirs": str(tmp_path / f"data-{i}")}
+        props.update(keys)
+        path = tmp_path / f"bad-{i}.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        out = subprocess.run([BIN, "server", "--config", str(path)], capture_output=True, text=True,
+                             timeout=30)
+        assert out.returncode != 0, keys
+        assert expected in out.stderr, (keys, out.stderr)
+        assert not (tmp_path / f"data-{i}").exists(), keys
