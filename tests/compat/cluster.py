@@ -288,6 +288,12 @@ class SplitCluster(Cluster):
     def bootstrap(self):
         return ",".join(n.bootstrap for n in self.brokers)
 
+    def stop(self):
+        """Brokers first (their controlled shutdown needs the quorum), then
+        the controllers, as Kafka's operations guide says."""
+        for n in self.brokers + self.controllers:
+            n.stop()
+
     def start(self, timeout=60):
         for n in self.nodes.values():
             n.start()

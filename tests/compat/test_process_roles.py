@@ -59,7 +59,8 @@ def produce(bootstrap, first, count):
 
 def test_controllers_and_brokers_in_separate_processes(tmp_path):
     cluster = SplitCluster(tmp_path, controllers=3, brokers=2,
-                           broker_extra={"offsets.topic.replication.factor": "2"}).start()
+                           broker_extra={"offsets.topic.replication.factor": "2",
+                                         "offsets.topic.num.partitions": "4"}).start()
     try:
         # Only the brokers are brokers; the controllers vote, the brokers
         # observe the metadata log.
