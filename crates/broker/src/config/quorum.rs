@@ -73,7 +73,14 @@ impl BrokerConfig {
             return Ok(None);
         }
         let node_id = self.node_id();
-        let is_voter = u64::try_from(node_id).is_ok_and(|id| voters.contains_key(&id));
+        let id = u64::try_from(node_id).map_err(|_| {
+            invalid(
+                "node.id",
+                &node_id.to_string(),
+                "a node of a metadata quorum needs a node.id of at least 0",
+            )
+        })?;
+        let is_voter = voters.contains_key(&id);
         // A quorum of this node alone is the single combined node: the
         // local metadata log of design 004, no controller traffic, as
         // before (and as data folders written by it expect). A
@@ -89,7 +96,7 @@ impl BrokerConfig {
                 host: served.host,
                 port: 0,
             };
-            (node_id as u64, listener, Some(advertised.host))
+            (id, listener, Some(advertised.host))
         } else {
             // validate_roles: a controller is one of the voters and has
             // its listener.
@@ -100,7 +107,7 @@ impl BrokerConfig {
                     "a controller needs its listener in listeners (e.g. CONTROLLER://127.0.0.1:9093 with controller.listener.names=CONTROLLER)",
                 )
             })?;
-            (node_id as u64, listener, None)
+            (id, listener, None)
         };
         let mut c = QuorumConfig::new(id, voters);
         let election = self.int("controller.quorum.election.timeout.ms").max(10) as u64;
