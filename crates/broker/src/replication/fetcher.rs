@@ -95,6 +95,9 @@ fn leaders_followed(image: &MetadataImage, node_id: i32) -> Vec<i32> {
     out
 }
 
+/// A partition by topic name and index.
+type PartitionKey = (String, i32);
+
 /// One partition this node follows: name, index, the leader epoch.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Followed {
@@ -151,6 +154,9 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
     // again (a diverging epoch that did not settle it, an offset out of
     // range).
     let mut must_ask: BTreeSet<(String, i32)> = BTreeSet::new();
+    // Partitions the leader refused, left out of fetches until then
+    // (`replica.fetch.backoff.ms`, Kafka's delayed partitions).
+    let mut delayed: HashMap<(String, i32), tokio::time::Instant> = HashMap::new();
     loop {
         if *stop.borrow() {
             return;
@@ -191,21 +197,32 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
                     truncated.insert(key, p.leader_epoch);
                 }
             }
+            let now = tokio::time::Instant::now();
+            delayed.retain(|_, until| *until > now);
             let ready: Vec<&Followed> = parts
                 .iter()
-                .filter(|p| truncated.get(&(p.topic.clone(), p.partition)) == Some(&p.leader_epoch))
+                .filter(|p| {
+                    let key = (p.topic.clone(), p.partition);
+                    truncated.get(&key) == Some(&p.leader_epoch) && !delayed.contains_key(&key)
+                })
                 .collect();
             if ready.is_empty() {
-                return Ok(false);
+                // Every partition waits for the leader to answer its
+                // truncation, or was refused: back off.
+                return Ok(true);
             }
             let resp = fetch(&b, c, &ready).await?;
             let b2 = Arc::clone(&b);
-            let redo = tokio::task::spawn_blocking(move || apply(&b2, resp))
+            let (redo, refused) = tokio::task::spawn_blocking(move || apply(&b2, resp))
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| e.to_string())??;
             for key in &redo {
                 truncated.remove(key);
                 must_ask.insert(key.clone());
+            }
+            let until = tokio::time::Instant::now() + backoff;
+            for key in refused {
+                delayed.insert(key, until);
             }
             Ok(!redo.is_empty())
         };
@@ -345,12 +362,18 @@ async fn fetch(b: &Broker, c: &mut Conn, ready: &[&Followed]) -> Result<FetchRes
 /// Appends what a Fetch brought and takes the leader's high watermark,
 /// or truncates where a diverging epoch says. Returns the partitions to
 /// truncate with OffsetForLeaderEpoch (the leader said the fetch offset is
-/// out of range, or a diverging epoch did not settle where the logs agree).
-fn apply(b: &Broker, resp: FetchResponse) -> Vec<(String, i32)> {
+/// out of range, or a diverging epoch did not settle where the logs agree),
+/// and the partitions the leader refused (they wait
+/// `replica.fetch.backoff.ms`, as Kafka delays partitions with errors).
+/// A refused fetch is an error.
+fn apply(
+    b: &Broker,
+    resp: FetchResponse,
+) -> Result<(Vec<PartitionKey>, Vec<PartitionKey>), String> {
     let mut redo = Vec::new();
+    let mut refused = Vec::new();
     if resp.error_code != 0 {
-        tracing::debug!(error = resp.error_code, "replica fetch refused");
-        return redo;
+        return Err(format!("replica fetch refused: error {}", resp.error_code));
     }
     for t in resp.responses {
         let topic = t.topic.0.to_string();
@@ -376,6 +399,7 @@ fn apply(b: &Broker, resp: FetchResponse) -> Vec<(String, i32)> {
                 }
                 Some(e) => {
                     tracing::debug!(partition = %name, error = ?e, "replica fetch refused for a partition");
+                    refused.push((topic.clone(), pd.partition_index));
                     continue;
                 }
             }
@@ -408,7 +432,7 @@ fn apply(b: &Broker, resp: FetchResponse) -> Vec<(String, i32)> {
             }
         }
     }
-    redo
+    Ok((redo, refused))
 }
 
 /// Truncates `log` where the leader's diverging epoch says (Kafka's
