@@ -15,7 +15,8 @@
 //! UNKNOWN_LEADER_EPOCH). From v12 a fetch's `last_fetched_epoch` is
 //! checked against this leader's epoch history: a fetcher whose log
 //! diverged gets the diverging epoch and no records (followers truncate
-//! on it, consumers detect truncation).
+//! on it; Kafka's own consumer does not send the field and validates its
+//! position with OffsetForLeaderEpoch instead).
 //!
 //! Fetch sessions (KIP-227, `crate::fetch_session`) decide which partitions
 //! are read (an incremental request reads every partition of its session)
@@ -532,7 +533,7 @@ fn read_partition(
 }
 
 /// Kafka's `Partition.readRecords` check of a fetch's `last_fetched_epoch`
-/// (v12+, KIP-595's truncation on fetch; the Java consumer sends it too):
+/// (v12+, truncation on fetch, KAFKA-10554; any fetcher that sends it):
 /// when the fetcher's last epoch ends earlier in this leader's log than
 /// the fetch offset, or this log knows only older epochs, the answer is
 /// that epoch and where it ends here (the diverging epoch) and no records.
