@@ -57,7 +57,10 @@ class Proxy:
             threading.Thread(target=self.pump, args=(upstream, client), daemon=True).start()
 
     def pump(self, src, dst):
-        src.settimeout(0.2)
+        try:
+            src.settimeout(0.2)
+        except OSError:
+            return  # closed by cut() before this thread started
         while True:
             with self.lock:
                 mode = self.mode

@@ -72,6 +72,12 @@ pub struct Broker {
     /// Transaction coordinators (one shard per `__transaction_state`
     /// partition).
     pub(crate) txns: crate::txn_coordinator::TxnCoordinator,
+    /// This process's broker registration is in the metadata log (with a
+    /// quorum). Until then the replica fetchers wait: a restarted node's
+    /// old registration must not let it back into an ISR that its new one
+    /// may be fenced out of (Kafka starts its fetchers only after the
+    /// broker registered).
+    pub(crate) registered: std::sync::atomic::AtomicBool,
 }
 
 impl Broker {
@@ -152,6 +158,7 @@ impl Broker {
             groups,
             producer_ids: Default::default(),
             txns,
+            registered: std::sync::atomic::AtomicBool::new(false),
         });
         broker.reconcile_logs()?;
         broker.sync_partitions();

@@ -75,6 +75,9 @@ pub(crate) struct PartitionRequest {
     pub max_bytes: i32,
     /// The leader epoch the fetcher believes current (v9+; -1: not given).
     pub current_leader_epoch: i32,
+    /// The epoch of the last record the fetcher has before `fetch_offset`
+    /// (v12+; -1: not given), checked for a diverging epoch.
+    pub last_fetched_epoch: i32,
 }
 
 /// What a read of one partition found, as far as the session cares.
@@ -84,6 +87,8 @@ pub(crate) struct PartitionOutcome {
     pub high_watermark: i64,
     pub log_start_offset: i64,
     pub error: bool,
+    /// The answer names a diverging epoch: the fetcher must see it.
+    pub diverging: bool,
 }
 
 #[derive(Debug)]
@@ -97,7 +102,7 @@ impl CachedPartition {
     /// Kafka's `maybeUpdateResponseData`: whether the partition belongs in
     /// an incremental response, remembering what was sent.
     fn must_respond(&mut self, o: &PartitionOutcome) -> bool {
-        let mut respond = o.has_records;
+        let mut respond = o.has_records || o.diverging;
         if self.high_watermark != o.high_watermark {
             respond = true;
             self.high_watermark = o.high_watermark;
@@ -602,6 +607,7 @@ mod tests {
             fetch_offset: offset,
             max_bytes: 1 << 20,
             current_leader_epoch: -1,
+            last_fetched_epoch: -1,
         }
     }
 
@@ -611,6 +617,7 @@ mod tests {
             high_watermark: hw,
             log_start_offset: 0,
             error: false,
+            diverging: false,
         }
     }
 

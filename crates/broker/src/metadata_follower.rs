@@ -73,11 +73,14 @@ pub(crate) fn register(broker: &Arc<Broker>) {
         loop {
             let Some(b) = weak.upgrade() else { return };
             let rec = record.clone();
+            let b2 = Arc::clone(&b);
             let done =
-                tokio::task::spawn_blocking(move || b.metadata.append(std::slice::from_ref(&rec)))
+                tokio::task::spawn_blocking(move || b2.metadata.append(std::slice::from_ref(&rec)))
                     .await;
             match done {
                 Ok(Ok(_)) => {
+                    b.registered
+                        .store(true, std::sync::atomic::Ordering::Release);
                     tracing::info!("registered with the metadata quorum");
                     return;
                 }

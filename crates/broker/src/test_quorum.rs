@@ -97,11 +97,15 @@ pub(crate) struct Node {
 }
 
 /// Starts a server on `config`. With `SLUICETEST_LOG` set, the nodes' logs
-/// (info and up) go to the test's output.
+/// go to the test's output, filtered by its value as a `RUST_LOG`-style
+/// directive (`1` or anything unparsable: info and up).
 pub(crate) async fn start(config: BrokerConfig) -> Node {
     if std::env::var_os("SLUICETEST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("SLUICETEST_LOG")
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            )
             .with_test_writer()
             .try_init();
     }

@@ -13,11 +13,11 @@ use sluice_coordinator::group::{error_code, GroupError};
 
 use super::Ctx;
 use crate::broker::Broker;
-use crate::groups::{lock, now_ms};
+use crate::groups::{lock, now_ms, CommitPoint};
 
 pub(crate) const VERSIONS: (i16, i16) = (0, 2);
 
-pub(crate) fn handle(
+pub(crate) async fn handle(
     broker: &Arc<Broker>,
     req: DeleteGroupsRequest,
     _ctx: &Ctx,
@@ -26,8 +26,13 @@ pub(crate) fn handle(
     for id in req.groups_names {
         let group_id = id.0.to_string();
         let mut w = DeletableGroupResult::default();
+        // Answered once the deletion is replicated, as Kafka's
+        // coordinator answers after its write commits.
         w.error_code = match delete(broker, &group_id) {
-            Ok(()) => 0,
+            Ok(point) => match broker.groups.wait_committed(point).await {
+                Ok(()) => 0,
+                Err(e) => e.code(),
+            },
             Err(code) => code,
         };
         w.group_id = id;
@@ -36,7 +41,7 @@ pub(crate) fn handle(
     r
 }
 
-fn delete(broker: &Arc<Broker>, group_id: &str) -> Result<(), i16> {
+fn delete(broker: &Arc<Broker>, group_id: &str) -> Result<CommitPoint, i16> {
     if group_id.is_empty() {
         return Err(GroupError::InvalidGroupId.code());
     }
@@ -67,7 +72,8 @@ fn delete(broker: &Arc<Broker>, group_id: &str) -> Result<(), i16> {
     broker
         .groups
         .commit_records(&mut shard, &offsets)
-        .map_err(|e| e.code.code())
+        .map_err(|e| e.code.code())?;
+    Ok(shard.commit_point())
 }
 
 #[cfg(test)]
@@ -104,7 +110,10 @@ mod tests {
             let group = format!("g{v}");
             let (member, _) = join_alone(&broker, &group).await;
             let c = ctx(ApiKey::DeleteGroups, v);
-            let resp = roundtrip(&handle(&broker, request(&[&group, "missing", ""]), &c), v);
+            let resp = roundtrip(
+                &handle(&broker, request(&[&group, "missing", ""]), &c).await,
+                v,
+            );
             let codes: Vec<i16> = resp.results.iter().map(|r| r.error_code).collect();
             assert_eq!(
                 codes,
@@ -121,14 +130,15 @@ mod tests {
             leave.group_id = GroupId(StrBytes::from_string(group.clone()));
             leave.members = vec![m];
             let left =
-                super::super::leave_group::handle(&broker, leave, &ctx(ApiKey::LeaveGroup, 5));
+                super::super::leave_group::handle(&broker, leave, &ctx(ApiKey::LeaveGroup, 5))
+                    .await;
             assert_eq!(left.members[0].error_code, 0);
-            let resp = roundtrip(&handle(&broker, request(&[&group]), &c), v);
+            let resp = roundtrip(&handle(&broker, request(&[&group]), &c).await, v);
             assert_eq!(resp.results[0].error_code, 0, "v{v}");
             assert_eq!(resp.results[0].group_id.0.as_str(), group);
             let shard = broker.groups.shard(&broker, &group).expect("shard");
             assert_eq!(lock(&shard).groups.group_state(&group), None);
-            let resp = roundtrip(&handle(&broker, request(&[&group]), &c), v);
+            let resp = roundtrip(&handle(&broker, request(&[&group]), &c).await, v);
             assert_eq!(
                 resp.results[0].error_code,
                 GroupError::GroupIdNotFound.code()

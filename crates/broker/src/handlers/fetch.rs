@@ -12,7 +12,11 @@
 //! partition answers Kafka's NOT_LEADER_OR_FOLLOWER (or a leader-epoch
 //! error when the fetch names an epoch). A consumer's
 //! `current_leader_epoch` is checked too (FENCED_LEADER_EPOCH,
-//! UNKNOWN_LEADER_EPOCH).
+//! UNKNOWN_LEADER_EPOCH). From v12 a fetch's `last_fetched_epoch` is
+//! checked against this leader's epoch history: a fetcher whose log
+//! diverged gets the diverging epoch and no records (followers truncate
+//! on it; Kafka's own consumer does not send the field and validates its
+//! position with OffsetForLeaderEpoch instead).
 //!
 //! Fetch sessions (KIP-227, `crate::fetch_session`) decide which partitions
 //! are read (an incremental request reads every partition of its session)
@@ -41,7 +45,7 @@ use proto_kafka::messages::{
 use proto_kafka::protocol::{Encodable, SegmentedBuf, StrBytes};
 use proto_kafka::ResponseError;
 use sluice_controller::MetadataImage;
-use sluice_storage::{FileRegion, ReadLimit};
+use sluice_storage::{FileRegion, Log, ReadLimit};
 
 use super::errors::storage_error;
 use super::{encode_frame, malformed, Ctx, Reply};
@@ -264,6 +268,7 @@ fn requested_partitions(req: &FetchRequest, by_id: bool) -> Vec<PartitionRequest
                 fetch_offset: p.fetch_offset,
                 max_bytes: p.partition_max_bytes,
                 current_leader_epoch: p.current_leader_epoch,
+                last_fetched_epoch: p.last_fetched_epoch,
             });
         }
     }
@@ -428,8 +433,14 @@ fn read_partition(
                 if epoch > part.leader_epoch {
                     return Err(ResponseError::UnknownLeaderEpoch);
                 }
-                partition.on_follower_fetch(id, p.fetch_offset);
-                Ok(log)
+                let diverging = diverging_epoch(&log, part.leader_epoch, p)?;
+                // A diverging follower's log end says nothing about what
+                // it holds of this leader's log (Kafka skips
+                // `updateFollowerFetchState` then).
+                if diverging.is_none() {
+                    partition.on_follower_fetch(id, p.fetch_offset);
+                }
+                Ok((log, diverging))
             }
             // A consumer's `current_leader_epoch` (v9+, KIP-320) is
             // checked against this leader's epoch as Kafka's
@@ -440,13 +451,25 @@ fn read_partition(
                     Err(ResponseError::FencedLeaderEpoch)
                 }
                 e if e > partition.leader_epoch() => Err(ResponseError::UnknownLeaderEpoch),
-                _ => Ok(log),
+                _ => {
+                    let diverging = diverging_epoch(&log, partition.leader_epoch(), p)?;
+                    Ok((log, diverging))
+                }
             },
         }
     });
     match log {
         Err(e) => pd.error_code = e.code(),
-        Ok(log) => {
+        Ok((log, Some((epoch, end_offset)))) => {
+            pd.diverging_epoch.epoch = epoch;
+            pd.diverging_epoch.end_offset = end_offset;
+            pd.high_watermark = log.high_watermark();
+            pd.last_stable_offset = log.last_stable_offset();
+            if opts.version >= 5 {
+                pd.log_start_offset = log.log_start_offset();
+            }
+        }
+        Ok((log, None)) => {
             let max = i64::from(p.max_bytes.max(0)).min(budget);
             match log.read(p.fetch_offset, max as u64, opts.limit, first) {
                 Ok(info) => {
@@ -493,6 +516,7 @@ fn read_partition(
         }
     }
     let outcome = PartitionOutcome {
+        diverging: pd.diverging_epoch.epoch >= 0,
         has_records: region.is_some()
             || copy.is_some()
             || pd.records.as_ref().is_some_and(|b| !b.is_empty()),
@@ -506,6 +530,32 @@ fn read_partition(
         copy,
         outcome,
     }
+}
+
+/// Kafka's `Partition.readRecords` check of a fetch's `last_fetched_epoch`
+/// (v12+, truncation on fetch, KAFKA-10554; any fetcher that sends it):
+/// when the fetcher's last epoch ends earlier in this leader's log than
+/// the fetch offset, or this log knows only older epochs, the answer is
+/// that epoch and where it ends here (the diverging epoch) and no records.
+/// An epoch this log cannot place, or an offset below the log start, is
+/// OFFSET_OUT_OF_RANGE.
+fn diverging_epoch(
+    log: &Log,
+    leader_epoch: i32,
+    p: &PartitionRequest,
+) -> Result<Option<(i32, i64)>, ResponseError> {
+    if p.last_fetched_epoch < 0 {
+        return Ok(None);
+    }
+    let (epoch, end) = super::offset_for_leader_epoch::leader_end_offset_for(
+        log,
+        leader_epoch,
+        p.last_fetched_epoch,
+    );
+    if epoch < 0 || end < 0 || p.fetch_offset < log.log_start_offset() {
+        return Err(ResponseError::OffsetOutOfRange);
+    }
+    Ok((epoch < p.last_fetched_epoch || end < p.fetch_offset).then_some((epoch, end)))
 }
 
 /// Kafka's answer to a follower fetch from a replica the partition does
@@ -699,6 +749,64 @@ mod tests {
                 (ResponseError::FencedLeaderEpoch.code(), -1)
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_fetch_whose_last_epoch_diverged_gets_the_diverging_epoch() {
+        use proto_kafka::messages::fetch_request::{FetchPartition, FetchTopic};
+        use proto_kafka::messages::ApiKey;
+
+        use super::super::test_support::{append, call, open_broker};
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let broker = open_broker(dir.path(), &[]);
+        broker.create_topic("t", 1, 1, &[], false).expect("create");
+        append(&broker, "t", 0, 2);
+        let epoch = broker.partition("t", 0).expect("led").leader_epoch();
+        let fetch = |version: i16, fetch_offset: i64, last_fetched_epoch: i32| {
+            let broker = Arc::clone(&broker);
+            async move {
+                let mut p = FetchPartition::default();
+                p.partition = 0;
+                p.fetch_offset = fetch_offset;
+                p.last_fetched_epoch = last_fetched_epoch;
+                p.partition_max_bytes = 1 << 20;
+                let mut t = FetchTopic::default();
+                t.topic = TopicName(StrBytes::from_static_str("t"));
+                t.partitions = vec![p];
+                let mut req = FetchRequest::default();
+                req.replica_id = BrokerId(-1);
+                req.max_bytes = 1 << 20;
+                req.session_epoch = -1;
+                req.topics = vec![t];
+                let resp: FetchResponse = call(&broker, ApiKey::Fetch, version, &req)
+                    .await
+                    .expect("response");
+                resp.responses[0].partitions[0].clone()
+            }
+        };
+        // The fetcher's last epoch is this log's latest and ends past the
+        // fetch offset: records.
+        let p = fetch(12, 0, epoch).await;
+        assert_eq!(p.error_code, 0);
+        assert_eq!(p.diverging_epoch.epoch, -1);
+        assert!(p.records.is_some_and(|r| !r.is_empty()));
+        // The fetcher has records of that epoch past where it ends here:
+        // the epoch and its end here, no records, the high watermark.
+        let p = fetch(12, 5, epoch).await;
+        assert_eq!(p.error_code, 0);
+        assert_eq!(
+            (p.diverging_epoch.epoch, p.diverging_epoch.end_offset),
+            (epoch, 2)
+        );
+        assert!(p.records.is_none_or(|r| r.is_empty()));
+        assert_eq!(p.high_watermark, 2);
+        // An epoch this log has never seen cannot be placed.
+        let p = fetch(12, 2, epoch + 1).await;
+        assert_eq!(p.error_code, ResponseError::OffsetOutOfRange.code());
+        // Before v12 there is no last fetched epoch: the offset decides.
+        let p = fetch(11, 5, -1).await;
+        assert_eq!(p.error_code, ResponseError::OffsetOutOfRange.code());
     }
 }
 

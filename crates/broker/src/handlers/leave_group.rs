@@ -13,11 +13,11 @@ use sluice_coordinator::group::{self as machine, error_code, GroupError, Leaving
 
 use super::Ctx;
 use crate::broker::Broker;
-use crate::groups::{lock, now_ms};
+use crate::groups::{lock, now_ms, CommitPoint};
 
 pub(crate) const VERSIONS: (i16, i16) = (0, 5);
 
-pub(crate) fn handle(
+pub(crate) async fn handle(
     broker: &Arc<Broker>,
     req: LeaveGroupRequest,
     ctx: &Ctx,
@@ -40,7 +40,18 @@ pub(crate) fn handle(
         group_id: req.group_id.0.to_string(),
         members,
     };
-    let out = match leave(broker, &mreq) {
+    // The group's new state is replicated before the members hear of it
+    // (Kafka's coordinator answers once its write is committed).
+    let committed = match leave(broker, &mreq) {
+        Ok((out, point)) => broker
+            .groups
+            .wait_committed(point)
+            .await
+            .map(|()| out)
+            .map_err(|e| e.code()),
+        Err(code) => Err(code),
+    };
+    let out = match committed {
         Ok(out) => out,
         Err(code) => {
             let mut r = LeaveGroupResponse::default();
@@ -74,7 +85,7 @@ pub(crate) fn handle(
 fn leave(
     broker: &Arc<Broker>,
     mreq: &machine::LeaveGroupRequest,
-) -> Result<machine::LeaveGroupResponse, i16> {
+) -> Result<(machine::LeaveGroupResponse, CommitPoint), i16> {
     if mreq.group_id.is_empty() {
         return Err(GroupError::InvalidGroupId.code());
     }
@@ -88,7 +99,7 @@ fn leave(
         .groups
         .apply(&mut shard, effects)
         .map_err(|e| e.code.code())?;
-    Ok(resp)
+    Ok((resp, shard.commit_point()))
 }
 
 #[cfg(test)]
@@ -129,7 +140,7 @@ mod tests {
             let group = format!("g{v}");
             let (member, _) = join_alone(&broker, &group).await;
             let c = ctx(ApiKey::LeaveGroup, v);
-            let resp = roundtrip(&handle(&broker, request(v, &group, &member), &c), v);
+            let resp = roundtrip(&handle(&broker, request(v, &group, &member), &c).await, v);
             assert_eq!(resp.error_code, 0, "v{v}");
             if v >= 3 {
                 assert_eq!(resp.members.len(), 1);
@@ -142,7 +153,7 @@ mod tests {
                 Some(GroupState::Empty)
             );
             // Leaving again: the member is unknown.
-            let resp = roundtrip(&handle(&broker, request(v, &group, &member), &c), v);
+            let resp = roundtrip(&handle(&broker, request(v, &group, &member), &c).await, v);
             if v >= 3 {
                 assert_eq!(resp.error_code, 0);
                 assert_eq!(
@@ -152,7 +163,7 @@ mod tests {
             } else {
                 assert_eq!(resp.error_code, GroupError::UnknownMemberId.code());
             }
-            let resp = roundtrip(&handle(&broker, request(v, "", "m"), &c), v);
+            let resp = roundtrip(&handle(&broker, request(v, "", "m"), &c).await, v);
             assert_eq!(resp.error_code, GroupError::InvalidGroupId.code());
         }
         drop(timers);

@@ -137,13 +137,13 @@ apis! {
     JoinGroup => join_group, JoinGroupRequest, async;
     SyncGroup => sync_group, SyncGroupRequest, async;
     Heartbeat => heartbeat, HeartbeatRequest, inline;
-    LeaveGroup => leave_group, LeaveGroupRequest, inline;
+    LeaveGroup => leave_group, LeaveGroupRequest, async;
     DescribeGroups => describe_groups, DescribeGroupsRequest, inline;
     ListGroups => list_groups, ListGroupsRequest, inline;
-    DeleteGroups => delete_groups, DeleteGroupsRequest, inline;
+    DeleteGroups => delete_groups, DeleteGroupsRequest, async;
     OffsetCommit => offset_commit, OffsetCommitRequest, async;
     OffsetFetch => offset_fetch, OffsetFetchRequest, inline;
-    OffsetDelete => offset_delete, OffsetDeleteRequest, inline;
+    OffsetDelete => offset_delete, OffsetDeleteRequest, async;
     DescribeTopicPartitions => describe_topic_partitions, DescribeTopicPartitionsRequest, inline;
     InitProducerId => init_producer_id, InitProducerIdRequest, async;
     DescribeProducers => describe_producers, DescribeProducersRequest, inline;

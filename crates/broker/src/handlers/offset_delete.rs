@@ -26,11 +26,11 @@ use sluice_coordinator::offsets::TopicPartitions;
 use super::offset_commit::{append_error, partition_error};
 use super::Ctx;
 use crate::broker::Broker;
-use crate::groups::{lock, now_ms, subscribed_topics};
+use crate::groups::{lock, now_ms, subscribed_topics, CommitPoint};
 
 pub(crate) const VERSIONS: (i16, i16) = (0, 0);
 
-pub(crate) fn handle(
+pub(crate) async fn handle(
     broker: &Arc<Broker>,
     req: OffsetDeleteRequest,
     _ctx: &Ctx,
@@ -56,13 +56,17 @@ pub(crate) fn handle(
             unknown.push((t.name.clone(), partitions));
         }
     }
-    let results = match delete(broker, &group, &known) {
+    let (mut results, point) = match delete(broker, &group, &known) {
         Ok(r) => r,
         Err(code) => {
             resp.error_code = code;
             return resp;
         }
     };
+    // The deletions are answered once replicated (Kafka's coordinator
+    // answers after its write commits).
+    let codes = results.iter_mut().map(|(_, _, code)| code);
+    broker.groups.answer_when_committed(point, codes).await;
     for (name, partitions) in unknown {
         let mut rt = OffsetDeleteResponseTopic::default();
         rt.name = name;
@@ -95,12 +99,14 @@ fn partition(index: i32, code: i16) -> OffsetDeleteResponsePartition {
     p
 }
 
-/// Per-partition (topic, partition, error code), or a group-level error.
+/// Per-partition (topic, partition, error code) and where the tombstones
+/// must be replicated to (none written: `None`), or a group-level error.
+#[allow(clippy::type_complexity)]
 fn delete(
     broker: &Broker,
     group: &str,
     topics: &[TopicPartitions],
-) -> Result<Vec<(String, i32, i16)>, i16> {
+) -> Result<(Vec<(String, i32, i16)>, Option<CommitPoint>), i16> {
     let shard = broker
         .groups
         .shard(broker, group)
@@ -141,7 +147,8 @@ fn delete(
         at = now_ms(),
         "OffsetDelete"
     );
-    Ok(outcome
+    let point = (!outcome.records.is_empty()).then(|| shard.commit_point());
+    let results = outcome
         .results
         .into_iter()
         .map(|r| {
@@ -151,7 +158,8 @@ fn delete(
             };
             (r.topic, r.partition, code)
         })
-        .collect())
+        .collect();
+    Ok((results, point))
 }
 
 #[cfg(test)]
@@ -163,7 +171,7 @@ mod tests {
     use proto_kafka::protocol::StrBytes;
 
     use super::super::offset_commit;
-    use super::super::test_support::{ctx, open_broker, roundtrip};
+    use super::super::test_support::{block_on, ctx, open_broker, roundtrip};
     use super::*;
 
     fn request(group: &str, topics: &[(&str, &[i32])]) -> OffsetDeleteRequest {
@@ -210,11 +218,11 @@ mod tests {
             offset_commit::tests::request("g", -1, "", &[("t", 0, 3, None), ("t", 1, 4, None)]);
         offset_commit::respond(&broker, req, &ctx(ApiKey::OffsetCommit, 9));
         let resp = roundtrip(
-            &handle(
+            &block_on(handle(
                 &broker,
                 request("g", &[("t", &[0, 7]), ("nope", &[0])]),
                 &ctx(ApiKey::OffsetDelete, 0),
-            ),
+            )),
             0,
         );
         let mut rows = codes(&resp).1;
@@ -238,20 +246,20 @@ mod tests {
         assert!(shard.offsets.offset("g", "t", 1).is_some());
         drop(shard);
         // Group-level errors.
-        let resp = handle(
+        let resp = block_on(handle(
             &broker,
             request("missing", &[("t", &[0])]),
             &ctx(ApiKey::OffsetDelete, 0),
-        );
+        ));
         assert_eq!(
             codes(&resp),
             (ResponseError::GroupIdNotFound.code(), vec![])
         );
-        let resp = handle(
+        let resp = block_on(handle(
             &broker,
             request("", &[("t", &[0])]),
             &ctx(ApiKey::OffsetDelete, 0),
-        );
+        ));
         assert_eq!(codes(&resp), (ResponseError::InvalidGroupId.code(), vec![]));
         broker.shutdown().expect("shutdown");
     }
@@ -277,11 +285,11 @@ mod tests {
             &[("t", 0, 3, None), ("u", 0, 4, None)],
         );
         offset_commit::respond(&broker, req, &ctx(ApiKey::OffsetCommit, 9));
-        let resp = handle(
+        let resp = block_on(handle(
             &broker,
             request("consumer", &[("t", &[0]), ("u", &[0])]),
             &ctx(ApiKey::OffsetDelete, 0),
-        );
+        ));
         assert_eq!(
             codes(&resp),
             (
@@ -299,11 +307,11 @@ mod tests {
         drop(shard);
         // A group with members that does not use the consumer protocol.
         offset_commit::tests::stable_member_of(&broker, "connect", None, "connect", &["t"]);
-        let resp = handle(
+        let resp = block_on(handle(
             &broker,
             request("connect", &[("t", &[0])]),
             &ctx(ApiKey::OffsetDelete, 0),
-        );
+        ));
         assert_eq!(codes(&resp), (ResponseError::NonEmptyGroup.code(), vec![]));
         broker.shutdown().expect("shutdown");
     }

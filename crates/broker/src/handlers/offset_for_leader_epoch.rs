@@ -16,6 +16,7 @@ use proto_kafka::messages::offset_for_leader_epoch_response::{
 };
 use proto_kafka::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 use proto_kafka::ResponseError;
+use sluice_storage::Log;
 
 use super::Ctx;
 use crate::broker::Broker;
@@ -50,12 +51,7 @@ pub(crate) fn handle(
                         Err(ResponseError::KafkaStorageError)
                     } else {
                         check_current_epoch(p.current_leader_epoch, state.leader_epoch).map(|()| {
-                            let mut entries = log.leader_epochs();
-                            let end = log.log_end_offset();
-                            if entries.last().is_none_or(|&(e, _)| e < state.leader_epoch) {
-                                entries.push((state.leader_epoch, end));
-                            }
-                            end_offset_for(&entries, p.leader_epoch, end)
+                            leader_end_offset_for(&log, state.leader_epoch, p.leader_epoch)
                         })
                     }
                 }
@@ -88,6 +84,19 @@ pub(super) fn check_current_epoch(requested: i32, current: i32) -> Result<(), Re
     } else {
         Err(ResponseError::UnknownLeaderEpoch)
     }
+}
+
+/// Where epoch `requested` ends in the log of a partition led in
+/// `leader_epoch`: the leader's own epoch counts from the log end even
+/// before anything was appended in it (Kafka assigns it on becoming
+/// leader). `(-1, -1)` when undefined.
+pub(super) fn leader_end_offset_for(log: &Log, leader_epoch: i32, requested: i32) -> (i32, i64) {
+    let mut entries = log.leader_epochs();
+    let end = log.log_end_offset();
+    if entries.last().is_none_or(|&(e, _)| e < leader_epoch) {
+        entries.push((leader_epoch, end));
+    }
+    end_offset_for(&entries, requested, end)
 }
 
 /// Kafka's `LeaderEpochFileCache.endOffsetFor` over `(epoch, start offset)`

@@ -4,22 +4,28 @@
 //! replica (its broker id, each partition's current leader epoch), appends
 //! what comes back as follower ([`sluice_storage::Log::append_as_follower`]:
 //! the leader's offsets, epochs and bytes), and takes the high watermark
-//! the leader answers. Before fetching a partition in a leader epoch it
-//! has not fetched in yet, the task truncates the partition's log with
-//! OffsetForLeaderEpoch and `follower::truncation` (KIP-101/279), round
-//! after round until both logs agree.
+//! the leader answers. Each fetch names the epoch of the follower's last
+//! batch (`last_fetched_epoch`, Fetch v12+); a leader whose log disagrees
+//! answers a diverging epoch instead of records, and the follower
+//! truncates where `follower::truncation` says (Kafka's truncation on
+//! fetch, KAFKA-10554). When one answer is not enough to find where the
+//! logs agree, or the leader says the fetch offset is out of range, the
+//! partition is truncated with OffsetForLeaderEpoch round after round
+//! (KIP-101/279) before it is fetched again.
 //!
-//! The tasks follow the metadata image: a task whose leader leads nothing
+//! Fetching starts once this process's broker registration is in the
+//! metadata log. The tasks follow the metadata image: a task whose leader leads nothing
 //! this node follows any more ends; the manager starts one for each new
 //! leader. Connections are plain Kafka connections to the leader's
 //! listener named like this node's (inter-broker traffic shares the client
 //! listener, as `inter.broker.listener.name` defaults to).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use proto_kafka::messages::fetch_request::{FetchPartition, FetchTopic};
+use proto_kafka::messages::fetch_response::EpochEndOffset;
 use proto_kafka::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
@@ -39,7 +45,7 @@ use crate::broker::Broker;
 use crate::inter_broker::Conn;
 
 /// Fetch v12: topics by name, `replica_id` at the top level, diverging
-/// epochs available (unused: truncation asks OffsetForLeaderEpoch).
+/// epochs.
 const FETCH_VERSION: i16 = 12;
 /// OffsetForLeaderEpoch v3: names the replica, not flexible.
 const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 3;
@@ -54,7 +60,8 @@ pub(crate) async fn run(broker: Weak<Broker>, mut stop: watch::Receiver<bool>) {
             break;
         }
         let Some(b) = broker.upgrade() else { break };
-        if b.metadata.quorum().is_some() {
+        if b.metadata.quorum().is_some() && b.registered.load(std::sync::atomic::Ordering::Acquire)
+        {
             let image = b.image();
             tasks.retain(|_, t| !t.is_finished());
             for leader in leaders_followed(&image, b.node_id) {
@@ -87,6 +94,9 @@ fn leaders_followed(image: &MetadataImage, node_id: i32) -> Vec<i32> {
     out.dedup();
     out
 }
+
+/// A partition by topic name and index.
+type PartitionKey = (String, i32);
 
 /// One partition this node follows: name, index, the leader epoch.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -138,8 +148,15 @@ fn paused(b: &Broker) -> bool {
 /// follows.
 async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<bool>) {
     let mut conn: Option<Conn> = None;
-    // The leader epoch each partition was truncated for.
+    // The leader epoch each partition is fetched in.
     let mut truncated: BTreeMap<(String, i32), i32> = BTreeMap::new();
+    // Partitions to truncate with OffsetForLeaderEpoch before fetching
+    // again (a diverging epoch that did not settle it, an offset out of
+    // range).
+    let mut must_ask: BTreeSet<(String, i32)> = BTreeSet::new();
+    // Partitions the leader refused, left out of fetches until then
+    // (`replica.fetch.backoff.ms`, Kafka's delayed partitions).
+    let mut delayed: HashMap<(String, i32), tokio::time::Instant> = HashMap::new();
     loop {
         if *stop.borrow() {
             return;
@@ -172,24 +189,40 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
                 .filter(|p| truncated.get(&(p.topic.clone(), p.partition)) != Some(&p.leader_epoch))
                 .collect();
             for p in pending {
-                if truncate(&b, c, p).await? {
-                    truncated.insert((p.topic.clone(), p.partition), p.leader_epoch);
+                let key = (p.topic.clone(), p.partition);
+                // A new leader epoch needs no round trip of its own: the
+                // first fetch's `last_fetched_epoch` finds any divergence.
+                if !must_ask.contains(&key) || truncate(&b, c, p).await? {
+                    must_ask.remove(&key);
+                    truncated.insert(key, p.leader_epoch);
                 }
             }
+            let now = tokio::time::Instant::now();
+            delayed.retain(|_, until| *until > now);
             let ready: Vec<&Followed> = parts
                 .iter()
-                .filter(|p| truncated.get(&(p.topic.clone(), p.partition)) == Some(&p.leader_epoch))
+                .filter(|p| {
+                    let key = (p.topic.clone(), p.partition);
+                    truncated.get(&key) == Some(&p.leader_epoch) && !delayed.contains_key(&key)
+                })
                 .collect();
             if ready.is_empty() {
-                return Ok(false);
+                // Every partition waits for the leader to answer its
+                // truncation, or was refused: back off.
+                return Ok(true);
             }
             let resp = fetch(&b, c, &ready).await?;
             let b2 = Arc::clone(&b);
-            let redo = tokio::task::spawn_blocking(move || apply(&b2, resp))
+            let (redo, refused) = tokio::task::spawn_blocking(move || apply(&b2, resp))
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| e.to_string())??;
             for key in &redo {
                 truncated.remove(key);
+                must_ask.insert(key.clone());
+            }
+            let until = tokio::time::Instant::now() + backoff;
+            for key in refused {
+                delayed.insert(key, until);
             }
             Ok(!redo.is_empty())
         };
@@ -309,7 +342,7 @@ async fn fetch(b: &Broker, c: &mut Conn, ready: &[&Followed]) -> Result<FetchRes
         fp.partition = p.partition;
         fp.current_leader_epoch = p.leader_epoch;
         fp.fetch_offset = log.log_end_offset();
-        fp.last_fetched_epoch = -1;
+        fp.last_fetched_epoch = log.latest_epoch().unwrap_or(-1);
         fp.log_start_offset = log.log_start_offset();
         fp.partition_max_bytes = s.replica_fetch_max_bytes.max(1);
         match topics.last_mut() {
@@ -326,14 +359,21 @@ async fn fetch(b: &Broker, c: &mut Conn, ready: &[&Followed]) -> Result<FetchRes
     c.call(ApiKey::Fetch, FETCH_VERSION, &req).await
 }
 
-/// Appends what a Fetch brought and takes the leader's high watermark.
-/// Returns the partitions to truncate again (the leader said the fetch
-/// offset is out of range).
-fn apply(b: &Broker, resp: FetchResponse) -> Vec<(String, i32)> {
+/// Appends what a Fetch brought and takes the leader's high watermark,
+/// or truncates where a diverging epoch says. Returns the partitions to
+/// truncate with OffsetForLeaderEpoch (the leader said the fetch offset is
+/// out of range, or a diverging epoch did not settle where the logs agree),
+/// and the partitions the leader refused (they wait
+/// `replica.fetch.backoff.ms`, as Kafka delays partitions with errors).
+/// A refused fetch is an error.
+fn apply(
+    b: &Broker,
+    resp: FetchResponse,
+) -> Result<(Vec<PartitionKey>, Vec<PartitionKey>), String> {
     let mut redo = Vec::new();
+    let mut refused = Vec::new();
     if resp.error_code != 0 {
-        tracing::debug!(error = resp.error_code, "replica fetch refused");
-        return redo;
+        return Err(format!("replica fetch refused: error {}", resp.error_code));
     }
     for t in resp.responses {
         let topic = t.topic.0.to_string();
@@ -359,8 +399,15 @@ fn apply(b: &Broker, resp: FetchResponse) -> Vec<(String, i32)> {
                 }
                 Some(e) => {
                     tracing::debug!(partition = %name, error = ?e, "replica fetch refused for a partition");
+                    refused.push((topic.clone(), pd.partition_index));
                     continue;
                 }
+            }
+            if pd.diverging_epoch.epoch >= 0 {
+                if !truncate_diverging(&log, &name, &pd.diverging_epoch) {
+                    redo.push((topic.clone(), pd.partition_index));
+                }
+                continue;
             }
             if let Some(records) = pd.records.as_ref().filter(|r| !r.is_empty()) {
                 let whole = whole_batches(records);
@@ -385,7 +432,37 @@ fn apply(b: &Broker, resp: FetchResponse) -> Vec<(String, i32)> {
             }
         }
     }
-    redo
+    Ok((redo, refused))
+}
+
+/// Truncates `log` where the leader's diverging epoch says (Kafka's
+/// `truncateOnFetchResponse`). `false`: where the logs agree is not known
+/// yet (or the truncation failed); ask with OffsetForLeaderEpoch.
+fn truncate_diverging(log: &Log, name: &str, diverging: &EpochEndOffset) -> bool {
+    let mut cache = LeaderEpochCache::in_memory();
+    for (e, o) in log.leader_epochs() {
+        cache.assign(e, o);
+    }
+    let leo = log.log_end_offset();
+    let t = follower::truncation(
+        &cache,
+        leo,
+        log.high_watermark(),
+        diverging.epoch,
+        diverging.end_offset,
+    );
+    if t.offset < leo {
+        tracing::info!(
+            partition = %name, from = leo, to = t.offset,
+            diverging_epoch = diverging.epoch, diverging_end = diverging.end_offset,
+            "truncating the follower's log at the leader's diverging epoch"
+        );
+        if let Err(e) = log.truncate_to(t.offset) {
+            tracing::error!(partition = %name, error = %e, "cannot truncate the follower's log");
+            return false;
+        }
+    }
+    t.complete
 }
 
 /// The whole batches at the front of `records` (a fetch may end inside a

@@ -17,10 +17,12 @@
 //! The subcommands: [`produce`] (kafka-producer-perf-test.sh), [`consume`]
 //! (kafka-consumer-perf-test.sh: records/s and MB/s, no per-record
 //! latency, `Summary` with `latency: None`) and [`e2e`] (produce-to-consume
-//! latency, like Kafka's EndToEndLatency tool).
+//! latency, like Kafka's EndToEndLatency tool); [`limits`] measures the
+//! machine (loopback TCP, sequential disk writes) for comparison.
 
 pub mod consume;
 pub mod e2e;
+pub mod limits;
 pub mod produce;
 
 use std::fmt::{self, Write as _};
@@ -54,10 +56,21 @@ pub enum PerfCommand {
     /// process, reporting produce-to-consume latency percentiles, like
     /// Kafka's EndToEndLatency tool.
     E2e(e2e::PerfE2eArgs),
+    /// Measure TCP throughput over 127.0.0.1 (a sender and a receiver
+    /// thread): the ceiling for produce and consume on this machine.
+    Loopback(limits::LoopbackArgs),
+    /// Measure sequential write throughput into a folder (optionally with
+    /// fdatasync at the end): the ceiling for produce on this disk.
+    Disk(limits::DiskArgs),
 }
 
 /// Runs `sluice perf ...` on a multi-threaded runtime.
 pub fn run(args: &PerfArgs) -> anyhow::Result<()> {
+    match &args.command {
+        PerfCommand::Loopback(a) => return limits::loopback(a),
+        PerfCommand::Disk(a) => return limits::disk(a),
+        _ => {}
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("sluice-perf")
@@ -68,6 +81,7 @@ pub fn run(args: &PerfArgs) -> anyhow::Result<()> {
             PerfCommand::Produce(a) => produce::run(a).await,
             PerfCommand::Consume(a) => consume::run(a).await,
             PerfCommand::E2e(a) => e2e::run(a).await,
+            PerfCommand::Loopback(_) | PerfCommand::Disk(_) => Ok(()),
         }
     });
     // Leftover tasks (e.g. deliveries after a failure) must not delay exit.

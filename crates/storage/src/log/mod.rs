@@ -195,6 +195,11 @@ impl Log {
         lock(&self.epochs).entries().to_vec()
     }
 
+    /// The epoch of the last batch appended (a fetch's `last_fetched_epoch`).
+    pub fn latest_epoch(&self) -> Option<i32> {
+        lock(&self.epochs).latest_epoch()
+    }
+
     /// For OffsetForLeaderEpoch: the largest epoch ≤ `epoch` and its end.
     pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
         lock(&self.epochs).end_offset_for(epoch, self.log_end_offset())
