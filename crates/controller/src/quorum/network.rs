@@ -735,18 +735,18 @@ async fn handle(
 /// replaced when it is a learner elsewhere (a restart on another port).
 /// A voter id is refused: a broker-only node must not take a voter's id.
 async fn join(raft: &Raft, node_id: NodeId, addr: String) -> Vec<u8> {
-    let (leader, current) = {
+    let (leading, known_leader, current) = {
         let m = raft.metrics();
         let m = m.borrow();
         (
-            (m.state == openraft::ServerState::Leader).then_some(m.id),
+            m.state == openraft::ServerState::Leader,
+            m.current_leader,
             m.membership_config.membership().clone(),
         )
     };
-    let Some(_) = leader else {
-        let known = raft.metrics().borrow().current_leader;
-        return not_leader(known);
-    };
+    if !leading {
+        return not_leader(known_leader);
+    }
     if current.voter_ids().any(|v| v == node_id) {
         return error(format!(
             "node {node_id} is a voter of the metadata quorum: an observer (process.roles=broker) must not use a voter's node.id"
