@@ -70,6 +70,46 @@ impl BrokerConfig {
         Ok(roles)
     }
 
+    /// `controller.quorum.bootstrap.servers` (KIP-853's dynamic quorum) is
+    /// not supported: without `controller.quorum.voters` it may name only
+    /// this node's own controller listener (a single node, as
+    /// kafka-python's test fixture sets it); naming other controllers would
+    /// silently start a separate single-node cluster, so it is refused.
+    fn check_quorum_bootstrap(
+        &self,
+        voters: &std::collections::BTreeMap<u64, String>,
+    ) -> Result<()> {
+        let key = "controller.quorum.bootstrap.servers";
+        let v = self.str(key);
+        let servers: Vec<&str> = list_items(&v)
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect();
+        if !voters.is_empty() || servers.is_empty() {
+            return Ok(());
+        }
+        let own = self.controller_listener()?;
+        let local =
+            |h: &str| matches!(h, "" | "0.0.0.0" | "127.0.0.1" | "localhost" | "::" | "::1");
+        let is_own = |s: &str| {
+            let Some((host, port)) = s.rsplit_once(':') else {
+                return false;
+            };
+            own.as_ref().is_some_and(|l| {
+                port.parse::<u16>().ok() == Some(l.port)
+                    && (host == l.host || (local(host) && local(&l.host)))
+            })
+        };
+        if servers.iter().all(|s| is_own(s)) {
+            return Ok(());
+        }
+        Err(invalid(
+            key,
+            &v,
+            "dynamic controller quorums (KIP-853) are not supported: list every voter in controller.quorum.voters (id@host:port,...) instead",
+        ))
+    }
+
     /// Kafka's per-role checks of the listeners, the voters and the node
     /// id (`KafkaConfig.validateValues`, KRaft branches).
     pub(crate) fn validate_roles(&self) -> Result<ProcessRoles> {
@@ -89,6 +129,7 @@ impl BrokerConfig {
                 parse_endpoint(item).map_err(|e| invalid("listeners", &listeners_v, e))?;
             listener_names.push(name);
         }
+        self.check_quorum_bootstrap(&voters)?;
         let no_voters = || {
             invalid(
                 "controller.quorum.voters",
@@ -212,6 +253,31 @@ mod tests {
         ];
         v.extend_from_slice(extra);
         v
+    }
+
+    #[test]
+    fn quorum_bootstrap_servers_may_name_only_this_node() {
+        let own = [
+            ("controller.quorum.bootstrap.servers", "localhost:19093"),
+            (
+                "listeners",
+                "PLAINTEXT://localhost:19092,CONTROLLER://localhost:19093",
+            ),
+            ("controller.listener.names", "CONTROLLER"),
+        ];
+        config(&own).validate_roles().expect("its own listener");
+        let (key, _) = refused(&[
+            (
+                "controller.quorum.bootstrap.servers",
+                "127.0.0.1:19093,127.0.0.1:29093",
+            ),
+            (
+                "listeners",
+                "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093",
+            ),
+            ("controller.listener.names", "CONTROLLER"),
+        ]);
+        assert_eq!(key, "controller.quorum.bootstrap.servers");
     }
 
     #[test]
