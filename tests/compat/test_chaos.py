@@ -1,12 +1,8 @@
 """The chaos run of chaos.py (20 rounds of random kills, pauses, dropped
 and black-holed links on a three-node cluster under the Jepsen workload),
-as a test. Opt-in (SLUICETEST_CHAOS=1): it finds a known, not yet fixed
-quorum bug (one run of six on 2026-12-01: a follower's Raft log lacks entries
-the leader saw it acknowledge after a SIGKILL, and the leader's openraft
-core panics: "follower log reversion is not allowed"; docs/cluster.md),
-and a suite that fails at random would hide every other failure.
+as a test, about 2 minutes. SLUICETEST_CHAOS=0 skips it;
 SLUICETEST_CHAOS_ROUNDS changes the count, SLUICETEST_CHAOS_SEED fixes the
-seed (the seed is printed either way)."""
+seed (the seed is printed either way, so a failure can be replayed)."""
 import os
 import random
 
@@ -15,8 +11,7 @@ import pytest
 import chaos
 
 
-@pytest.mark.skipif(os.environ.get("SLUICETEST_CHAOS") != "1",
-                    reason="opt-in: SLUICETEST_CHAOS=1 (a known quorum bug fails it at times; docs/cluster.md)")
+@pytest.mark.skipif(os.environ.get("SLUICETEST_CHAOS") == "0", reason="SLUICETEST_CHAOS=0")
 def test_twenty_rounds_of_chaos_lose_nothing(tmp_path):
     rounds = int(os.environ.get("SLUICETEST_CHAOS_ROUNDS", "20"))
     seed = int(os.environ.get("SLUICETEST_CHAOS_SEED", random.randrange(1 << 32)))
