@@ -828,14 +828,14 @@ fn format_dirs(dirs: &[PathBuf], node_id: i32) -> Result<String> {
             }
         }
     }
-    let cluster = cluster.map_or_else(|| base64url(Uuid::new_v4().as_bytes()), |(c, _)| c);
+    let cluster = cluster.map_or_else(random_id, |(c, _)| c);
     let mut seen: Vec<(String, PathBuf)> = Vec::new();
     for (dir, props) in &found {
         let directory = match get(props, "directory.id") {
             Some(d) => d,
             None => {
                 // New folder, or one formatted before directory ids.
-                let d = base64url(Uuid::new_v4().as_bytes());
+                let d = random_id();
                 let mut body = String::from("#\n#Written by sluice\n");
                 let mut keys = vec![
                     ("cluster.id".to_string(), cluster.clone()),
@@ -878,6 +878,18 @@ fn format_dirs(dirs: &[PathBuf], node_id: i32) -> Result<String> {
         seen.push((directory, dir.clone()));
     }
     Ok(cluster)
+}
+
+/// A random id as Kafka makes them (`Uuid.randomUuid`): URL-safe base64
+/// of a v4 UUID, never starting with `-` (it would read as a command-line
+/// flag).
+fn random_id() -> String {
+    loop {
+        let id = base64url(Uuid::new_v4().as_bytes());
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
 }
 
 /// URL-safe base64 without padding (Kafka's cluster id format).
