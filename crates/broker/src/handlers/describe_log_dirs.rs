@@ -258,4 +258,91 @@ mod tests {
         assert_ne!(ids[0], ids[1]);
         broker.shutdown().expect("shutdown");
     }
+
+    #[test]
+    fn a_move_in_progress_is_a_future_key_in_its_destination() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (root.path().join("a"), root.path().join("b"));
+        let dirs = format!("{},{}", a.display(), b.display());
+        let broker = open_broker(&a, &[("log.dirs", dirs.as_str())]);
+        broker.create_topic("t", 1, 1, &[], false).expect("create");
+        append(&broker, "t", 0, 4);
+        let tp = sluice_storage::TopicPartition::new("t", 0);
+        let log = broker.logs.get(&tp).expect("log");
+        // Hold the log's writers: the move registers, then waits to freeze.
+        let held = log.freeze().expect("freeze");
+        let mover = {
+            let broker = Arc::clone(&broker);
+            let tp = tp.clone();
+            std::thread::spawn(move || broker.logs.move_log(&tp, 1))
+        };
+        while broker.logs.moves().is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let mut req = DescribeLogDirsRequest::default();
+        req.topics = None;
+        let resp = roundtrip(
+            &handle(&broker, req.clone(), &ctx(ApiKey::DescribeLogDirs, 4)),
+            4,
+        );
+        let parts = |r: &DescribeLogDirsResult| -> Vec<(i32, bool, i64)> {
+            r.topics
+                .iter()
+                .filter(|t| t.name.0.as_str() == "t")
+                .flat_map(|t| t.partitions.iter())
+                .map(|p| (p.partition_index, p.is_future_key, p.offset_lag))
+                .collect()
+        };
+        assert_eq!(parts(&resp.results[0]), vec![(0, false, 0)]);
+        // Nothing copied yet: the copy lacks the whole log.
+        assert_eq!(parts(&resp.results[1]), vec![(0, true, 4)]);
+        drop(held);
+        assert!(matches!(
+            mover.join().expect("join").expect("move"),
+            sluice_storage::MoveOutcome::Moved(_)
+        ));
+        let resp = roundtrip(&handle(&broker, req, &ctx(ApiKey::DescribeLogDirs, 4)), 4);
+        assert!(parts(&resp.results[0]).is_empty());
+        assert_eq!(parts(&resp.results[1]), vec![(0, false, 0)]);
+        broker.shutdown().expect("shutdown");
+    }
+
+    #[test]
+    fn the_metadata_log_lives_in_metadata_log_dir_which_is_not_a_log_dir() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (a, b, m) = (
+            root.path().join("a"),
+            root.path().join("b"),
+            root.path().join("meta"),
+        );
+        let dirs = format!("{},{}", a.display(), b.display());
+        let meta = m.display().to_string();
+        let overrides = [
+            ("log.dirs", dirs.as_str()),
+            ("metadata.log.dir", meta.as_str()),
+        ];
+        let broker = open_broker(&a, &overrides);
+        broker.create_topic("t", 2, 1, &[], false).expect("create");
+        assert!(m.join("__cluster_metadata-0").is_dir());
+        assert!(!a.join("__cluster_metadata-0").exists());
+        let ids: Vec<String> = [&a, &b, &m]
+            .iter()
+            .map(|d| std::fs::read_to_string(d.join("meta.properties")).expect("meta"))
+            .collect();
+        assert!(ids
+            .iter()
+            .all(|t| t.contains(&format!("cluster.id={}", broker.cluster_id))));
+        let mut req = DescribeLogDirsRequest::default();
+        req.topics = None;
+        let resp = roundtrip(&handle(&broker, req, &ctx(ApiKey::DescribeLogDirs, 4)), 4);
+        assert_eq!(resp.results.len(), 2);
+        broker.shutdown().expect("shutdown");
+        drop(broker);
+        // The topic survives a restart: its records are in the metadata
+        // log of metadata.log.dir.
+        let broker = open_broker(&a, &overrides);
+        assert!(broker.image().topic("t").is_some());
+        assert!(broker.log("t", 1).is_some());
+        broker.shutdown().expect("shutdown");
+    }
 }
