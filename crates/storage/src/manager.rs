@@ -27,7 +27,7 @@
 //! folder is an unfinished move and is removed, one whose partition has
 //! none is a committed move and becomes the partition's folder.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -138,6 +138,8 @@ pub struct LogManager {
     stop: Arc<(Mutex<bool>, Condvar)>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     clean_start: bool,
+    /// Folders that failed I/O (Kafka's offline log dirs).
+    offline_dirs: Mutex<BTreeSet<usize>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -241,6 +243,7 @@ impl LogManager {
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             threads: Mutex::new(Vec::new()),
             clean_start: clean,
+            offline_dirs: Mutex::new(BTreeSet::new()),
         }))
     }
 
@@ -263,7 +266,7 @@ impl LogManager {
     /// The folder a new partition goes to: the one holding the fewest
     /// partitions (moves in progress count for their destination), the
     /// first such in `log.dirs` order (Kafka's `nextLogDirs`).
-    fn next_dir(&self, logs: &BTreeMap<TopicPartition, Arc<Log>>) -> usize {
+    fn next_dir(&self, logs: &BTreeMap<TopicPartition, Arc<Log>>) -> Option<usize> {
         let mut counts = vec![0usize; self.dirs.len()];
         for log in logs.values() {
             if let Some(i) = self.dir_index_of(log) {
@@ -275,9 +278,40 @@ impl LogManager {
                 *c += 1;
             }
         }
+        let offline = lock(&self.offline_dirs).clone();
         (0..counts.len())
+            .filter(|i| !offline.contains(i))
             .min_by_key(|&i| (counts[i], i))
-            .unwrap_or(0)
+    }
+
+    /// Kafka's log dir failure: a folder where any log hit an I/O error
+    /// (and went offline) is offline as a whole: every log in it goes
+    /// offline (KAFKA_STORAGE_ERROR), no partition is placed or moved
+    /// there, its checkpoints are no longer written. Checked by the
+    /// scheduler on every tick and before the folders are reported.
+    /// Returns the offline folders.
+    pub fn offline_dirs(&self) -> BTreeSet<usize> {
+        let logs = self.logs();
+        let failed: BTreeSet<usize> = logs
+            .iter()
+            .filter(|l| l.is_offline())
+            .filter_map(|l| self.dir_index_of(l))
+            .collect();
+        let mut offline = lock(&self.offline_dirs);
+        for i in failed {
+            if offline.insert(i) {
+                let dir = &self.dirs[i].path;
+                tracing::error!(dir = %dir.display(), "data folder failed: its partitions are offline");
+                for l in logs.iter().filter(|l| self.dir_index_of(l) == Some(i)) {
+                    l.go_offline(StorageError::Offline(format!(
+                        "{} (data folder {} failed)",
+                        l.topic_partition(),
+                        dir.display()
+                    )));
+                }
+            }
+        }
+        offline.clone()
     }
 
     /// Whether the folder was shut down cleanly last time.
@@ -319,7 +353,12 @@ impl LogManager {
         if let Some(l) = logs.get(tp) {
             return Ok(Arc::clone(l));
         }
-        let dir = &self.dirs[self.next_dir(&logs)].path;
+        let Some(i) = self.next_dir(&logs) else {
+            return Err(StorageError::Offline(format!(
+                "{tp}: every data folder is offline"
+            )));
+        };
+        let dir = &self.dirs[i].path;
         let path = dir.join(tp.dir_name());
         let log = Arc::new(Log::open(
             &path,
@@ -449,7 +488,8 @@ impl LogManager {
         let _c = lock(&self.checkpoint_lock);
         let logs = self.logs();
         let mut first_err = None;
-        for i in 0..self.dirs.len() {
+        let offline = self.offline_dirs();
+        for i in (0..self.dirs.len()).filter(|i| !offline.contains(i)) {
             if let Err(e) = self.checkpoint_dir(i, &logs) {
                 tracing::error!(dir = %self.dirs[i].path.display(), error = %e, "writing checkpoints failed");
                 first_err.get_or_insert(e);
@@ -564,6 +604,7 @@ impl LogManager {
         let mut next_checkpoint = Instant::now() + Duration::from_millis(c.checkpoint_interval_ms);
         while !self.wait_stop(tick) {
             self.flush_due();
+            self.offline_dirs();
             self.delete_expired_files();
             let now = Instant::now();
             if now >= next_retention {

@@ -6,9 +6,10 @@
 //! `is_future_key` and `offset_lag` = the log end offset the copy still
 //! lacks; a current log's `offset_lag` is its distance below the high
 //! watermark (Kafka's `getLogEndOffsetLag`). v4 adds each folder's file
-//! system size and usable space (`statvfs`); a folder that cannot be
-//! examined is reported with KAFKA_STORAGE_ERROR and no partitions, as
-//! Kafka reports an offline folder.
+//! system size and usable space (`statvfs`); a folder that failed I/O
+//! (the log manager's offline folders) or cannot be examined is reported
+//! with KAFKA_STORAGE_ERROR and no partitions, as Kafka reports an offline
+//! folder.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -44,6 +45,7 @@ pub(crate) fn handle(
                 .as_ref()
                 .is_none_or(|w| w.contains(&(topic.to_string(), partition)))
     };
+    let offline = broker.logs.offline_dirs();
     let logs = broker.logs.logs();
     let moves = broker.logs.moves();
     let mut resp = DescribeLogDirsResponse::default();
@@ -51,6 +53,9 @@ pub(crate) fn handle(
         let mut result = DescribeLogDirsResult::default();
         result.log_dir = StrBytes::from_string(absolute(dir).display().to_string());
         match disk_space(dir) {
+            _ if offline.contains(&i) => {
+                result.error_code = ResponseError::KafkaStorageError.code();
+            }
             Err(e) => {
                 tracing::error!(dir = %dir.display(), error = %e, "statvfs on the data folder failed");
                 result.error_code = ResponseError::KafkaStorageError.code();
@@ -344,5 +349,34 @@ mod tests {
         assert!(broker.image().topic("t").is_some());
         assert!(broker.log("t", 1).is_some());
         broker.shutdown().expect("shutdown");
+    }
+
+    #[test]
+    fn a_folder_that_failed_io_is_offline() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (root.path().join("a"), root.path().join("b"));
+        let dirs = format!("{},{}", a.display(), b.display());
+        let broker = open_broker(&a, &[("log.dirs", dirs.as_str())]);
+        broker.create_topic("t", 4, 1, &[], false).expect("create");
+        append(&broker, "t", 1, 2);
+        // An I/O error in folder b: t-1's folder vanishes under it.
+        let log = broker.log("t", 1).expect("log");
+        std::fs::remove_dir_all(b.join("t-1")).expect("rm");
+        assert!(log.flush().is_err());
+        let mut req = DescribeLogDirsRequest::default();
+        req.topics = None;
+        let resp = roundtrip(&handle(&broker, req, &ctx(ApiKey::DescribeLogDirs, 4)), 4);
+        assert_eq!(resp.results[0].error_code, 0);
+        assert_eq!(
+            resp.results[1].error_code,
+            ResponseError::KafkaStorageError.code()
+        );
+        assert!(resp.results[1].topics.is_empty());
+        // Every partition of the folder is offline, the others are not.
+        assert!(broker.log("t", 3).expect("log").is_offline());
+        assert!(!broker.log("t", 0).expect("log").is_offline());
+        // New partitions go to the folder that works.
+        broker.create_topic("u", 2, 1, &[], false).expect("create");
+        assert!(a.join("u-0").is_dir() && a.join("u-1").is_dir());
     }
 }

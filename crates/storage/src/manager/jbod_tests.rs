@@ -216,3 +216,34 @@ fn an_unfinished_move_is_discarded_and_a_committed_one_finished_at_start() {
     assert_eq!(values(&log, 0).len(), 25);
     m.shutdown().expect("shutdown");
 }
+
+#[test]
+fn a_folder_with_a_failed_log_goes_offline() {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    fill(&m, &["t"], 4, 3);
+    assert!(m.offline_dirs().is_empty());
+    let failed = m.get(&tp("t", 1)).expect("log");
+    failed.go_offline(StorageError::Offline("t-1".into()));
+    assert_eq!(m.offline_dirs(), BTreeSet::from([1]));
+    assert!(m.get(&tp("t", 3)).expect("log").is_offline());
+    assert!(!m.get(&tp("t", 0)).expect("log").is_offline());
+    // Nothing is placed or moved there any more.
+    m.get_or_create(&tp("u", 0), LogConfig::default())
+        .expect("create");
+    m.get_or_create(&tp("u", 1), LogConfig::default())
+        .expect("create");
+    assert_eq!(partitions_in(a.path()), vec!["t-0", "t-2", "u-0", "u-1"]);
+    assert!(matches!(
+        m.move_log(&tp("t", 0), 1),
+        Err(StorageError::Offline(_))
+    ));
+    // The working folder's checkpoints are still written.
+    m.checkpoint().expect("checkpoint");
+    let rp = std::fs::read_to_string(a.path().join(RECOVERY_POINT_CHECKPOINT)).expect("read");
+    assert!(rp.contains("u 1 0\n"), "{rp}");
+}

@@ -124,6 +124,12 @@ impl LogManager {
         let Some(old) = self.get(tp) else {
             return Ok(MoveOutcome::NoSuchLog);
         };
+        if self.offline_dirs().contains(&dest) {
+            return Err(StorageError::Offline(format!(
+                "{tp}: data folder {} is offline",
+                dest_dir.display()
+            )));
+        }
         if self.dir_index_of(&old) == Some(dest) {
             return Ok(MoveOutcome::AlreadyThere);
         }
