@@ -26,6 +26,11 @@ impl Log {
         let writer = self.writer();
         self.check_online()?;
         self.flush()?;
+        // The epoch checkpoint is written on every change; write it once
+        // more so the folder is complete on its own whatever happened.
+        super::lock(&self.epochs)
+            .flush()
+            .map_err(|e| self.go_offline(e))?;
         Ok(FrozenLog {
             log: self,
             _writer: writer,
