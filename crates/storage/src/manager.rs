@@ -138,6 +138,9 @@ pub struct LogManager {
     stop: Arc<(Mutex<bool>, Condvar)>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     clean_start: bool,
+    /// Folders asked for partitions not created yet (AlterReplicaLogDirs;
+    /// Kafka's preferred log dirs), used once when the log is created.
+    preferred: Mutex<BTreeMap<TopicPartition, usize>>,
     /// Folders that failed I/O (Kafka's offline log dirs).
     offline_dirs: Mutex<BTreeSet<usize>>,
 }
@@ -244,6 +247,7 @@ impl LogManager {
             threads: Mutex::new(Vec::new()),
             clean_start: clean,
             offline_dirs: Mutex::new(BTreeSet::new()),
+            preferred: Mutex::new(BTreeMap::new()),
         }))
     }
 
@@ -282,6 +286,18 @@ impl LogManager {
         (0..counts.len())
             .filter(|i| !offline.contains(i))
             .min_by_key(|&i| (counts[i], i))
+    }
+
+    /// Remembers folder `dir` for `tp` when it has no log here yet: the
+    /// log is created there (Kafka's `maybeUpdatePreferredLogDir`).
+    /// Returns whether it was remembered (false: the log exists).
+    pub fn prefer_dir(&self, tp: &TopicPartition, dir: usize) -> bool {
+        let logs = self.logs.read().unwrap_or_else(|p| p.into_inner());
+        if logs.contains_key(tp) || dir >= self.dirs.len() {
+            return false;
+        }
+        lock(&self.preferred).insert(tp.clone(), dir);
+        true
     }
 
     /// Kafka's log dir failure: a folder where any log hit an I/O error
@@ -353,7 +369,10 @@ impl LogManager {
         if let Some(l) = logs.get(tp) {
             return Ok(Arc::clone(l));
         }
-        let Some(i) = self.next_dir(&logs) else {
+        let preferred = lock(&self.preferred)
+            .remove(tp)
+            .filter(|i| !lock(&self.offline_dirs).contains(i));
+        let Some(i) = preferred.or_else(|| self.next_dir(&logs)) else {
             return Err(StorageError::Offline(format!(
                 "{tp}: every data folder is offline"
             )));

@@ -5,7 +5,9 @@
 //! paths; LOG_DIR_NOT_FOUND otherwise). Each partition must have a replica
 //! here: REPLICA_NOT_AVAILABLE when the partition exists but not on this
 //! broker (Kafka keeps that code for this API), UNKNOWN_TOPIC_OR_PARTITION
-//! when the cluster does not know it. A topic whose future folder name
+//! when the cluster does not know it; in the first case the folder is
+//! remembered and the replica's log is created there when it comes (Kafka's
+//! preferred log dir). A topic whose future folder name
 //! would pass 255 bytes is INVALID_TOPIC_EXCEPTION, as in Kafka. The move
 //! itself is the log manager's crash-safe copy and commit
 //! ([`sluice_storage::LogManager::move_log`]); it has finished when the
@@ -93,7 +95,11 @@ fn move_one(
         return ResponseError::UnknownTopicOrPartition.code();
     }
     match broker.logs.move_log(tp, dest) {
-        Ok(MoveOutcome::NoSuchLog) => ResponseError::ReplicaNotAvailable.code(),
+        Ok(MoveOutcome::NoSuchLog) => {
+            // Kafka remembers the folder for when the replica is created.
+            broker.logs.prefer_dir(tp, dest);
+            ResponseError::ReplicaNotAvailable.code()
+        }
         Ok(MoveOutcome::AlreadyThere) => 0,
         Ok(MoveOutcome::Moved(_)) => {
             // Lead (or follow) with the new log: the partition layer
@@ -219,6 +225,16 @@ mod tests {
             codes(&broker, request(&b, "t", &[0]), 2),
             vec![ResponseError::ReplicaNotAvailable.code()]
         );
+        // The folder is remembered: the log is created there, although
+        // the first folder holds as few partitions.
+        let log = broker
+            .logs
+            .get_or_create(
+                &TopicPartition::new("t", 0),
+                sluice_storage::LogConfig::default(),
+            )
+            .expect("create");
+        assert_eq!(log.dir().parent(), Some(b.as_path()));
         let long = "x".repeat(249);
         assert_eq!(
             codes(&broker, request(&b, &long, &[0]), 2),
