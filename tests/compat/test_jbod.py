@@ -75,7 +75,7 @@ def test_two_log_dirs_spread_move_and_restart(server_factory, tmp_path):
         assert "cluster.id=" in meta and "directory.id=" in meta
 
     # Move partition 0 to the second folder, then write more to it.
-    assert alter(s, tmp_path / "nowhere", "jbod", [0]) == [LOG_DIR_NOT_FOUND]
+    assert alter(s, tmp_path / "nowhere", "jbod", [0], version=1) == [LOG_DIR_NOT_FOUND]
     assert alter(s, b, "jbod", [0]) == [0]
     assert folders(s, "jbod")[1] == {0: 1, 1: 1, 2: 0, 3: 1}
     assert not (a / "jbod-0").exists() and (b / "jbod-0").is_dir()
