@@ -247,3 +247,37 @@ fn a_folder_with_a_failed_log_goes_offline() {
     let rp = std::fs::read_to_string(a.path().join(RECOVERY_POINT_CHECKPOINT)).expect("read");
     assert!(rp.contains("u 1 0\n"), "{rp}");
 }
+
+#[test]
+fn the_cleaner_works_in_any_folder_and_checkpoints_there() {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    fill(&m, &["first"], 1, 3);
+    let compacted = LogConfig {
+        segment_bytes: 1024,
+        cleanup_policy: crate::config::CleanupPolicy {
+            delete: false,
+            compact: true,
+        },
+        ..LogConfig::default()
+    };
+    let log = m.get_or_create(&tp("cmp", 0), compacted).expect("create");
+    assert_eq!(m.dir_index_of(&log), Some(1));
+    for i in 0..200 {
+        log.append_as_leader(&mut batch(&format!("k{}", i % 5), Some("v"), T0), 0)
+            .expect("append");
+    }
+    log.set_high_watermark(log.log_end_offset());
+    let before = log.size_in_bytes();
+    let (cleaned, stats) = m.clean_once().expect("clean").expect("cleaned");
+    assert_eq!(cleaned, tp("cmp", 0));
+    assert!(log.size_in_bytes() < before);
+    let cp = std::fs::read_to_string(b.path().join(CLEANER_OFFSET_CHECKPOINT)).expect("read");
+    assert_eq!(cp, format!("0\n1\ncmp 0 {}\n", stats.end));
+    assert!(!a.path().join(CLEANER_OFFSET_CHECKPOINT).exists());
+    m.shutdown().expect("shutdown");
+}
