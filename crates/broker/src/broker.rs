@@ -2,7 +2,7 @@
 //! metadata image, and topic creation and deletion (what CreateTopics,
 //! DeleteTopics and auto topic creation share).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use proto_kafka::ResponseError;
@@ -90,14 +90,18 @@ impl Broker {
         if !unserved.is_empty() {
             tracing::warn!(listeners = ?unserved, "Sluice serves one broker listener; these are not served");
         }
-        let dir = config.data_dir();
-        std::fs::create_dir_all(&dir).map_err(|e| io(dir.display().to_string(), e))?;
+        let log_dirs = config.log_dirs();
+        let dir = config.metadata_log_dir();
+        let mut formatted = log_dirs.clone();
+        if !formatted.contains(&dir) {
+            formatted.push(dir.clone());
+        }
         let node_id = config.node_id();
-        let cluster_id = meta_properties(&dir, node_id)?;
-        tracing::info!(data_dir = %dir.display(), %cluster_id, node_id, "data folder ready");
+        let cluster_id = format_dirs(&formatted, node_id)?;
+        tracing::info!(log_dirs = ?log_dirs, metadata_log_dir = %dir.display(), %cluster_id, node_id, "data folders ready");
         let settings = crate::config::Settings::from_config(&config)?;
         let defaults = config.log_config()?;
-        let mut mc = ManagerConfig::new(&dir);
+        let mut mc = ManagerConfig::with_dirs(log_dirs);
         mc.default_config = defaults.clone();
         mc.recovery_threads = settings.num_recovery_threads_per_data_dir.max(1) as usize;
         mc.retention_check_interval_ms = settings.log_retention_check_interval_ms.max(1) as u64;
@@ -797,41 +801,133 @@ pub(crate) fn validate_topic_name(name: &str) -> std::result::Result<(), ApiErro
     Ok(())
 }
 
-/// Reads or creates `meta.properties`; returns the cluster id.
-pub(crate) fn meta_properties(dir: &Path, node_id: i32) -> Result<String> {
-    let path = dir.join("meta.properties");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(io(path.display().to_string(), e)),
+/// Formats the data folders and the metadata log folder (Kafka's
+/// `meta.properties`, KIP-858): every folder carries the same `cluster.id`
+/// and `node.id` and its own `directory.id`. Folders formatted before keep
+/// theirs; a new folder joins with the cluster id of the others (a fresh
+/// one when none has one). Folders of different clusters or nodes, or two
+/// folders with one `directory.id`, stop the start. Returns the cluster id.
+pub(crate) fn format_dirs(dirs: &[PathBuf], node_id: i32) -> Result<String> {
+    let invalid = |path: &Path, reason: String| BrokerError::InvalidConfig {
+        key: "log.dirs".into(),
+        value: path.display().to_string(),
+        reason,
     };
-    let get = |k: &str| {
-        text.lines()
-            .filter_map(|l| l.trim().split_once('='))
-            .find(|(key, _)| key.trim() == k)
-            .map(|(_, v)| v.trim().to_string())
+    let mut found: Vec<(PathBuf, Vec<(String, String)>)> = Vec::new();
+    for dir in dirs {
+        std::fs::create_dir_all(dir).map_err(|e| io(dir.display().to_string(), e))?;
+        let path = dir.join("meta.properties");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(io(path.display().to_string(), e)),
+        };
+        let props: Vec<(String, String)> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect();
+        found.push((dir.clone(), props));
+    }
+    let get = |props: &[(String, String)], k: &str| {
+        props
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
     };
-    if let Some(id) = get("node.id") {
-        if id != node_id.to_string() {
-            return Err(BrokerError::InvalidConfig {
-                key: "node.id".into(),
-                value: node_id.to_string(),
-                reason: format!("{} belongs to node.id {id}", path.display()),
-            });
+    let mut cluster: Option<(String, PathBuf)> = None;
+    for (dir, props) in &found {
+        let path = dir.join("meta.properties");
+        if let Some(id) = get(props, "node.id") {
+            if id != node_id.to_string() {
+                return Err(BrokerError::InvalidConfig {
+                    key: "node.id".into(),
+                    value: node_id.to_string(),
+                    reason: format!("{} belongs to node.id {id}", path.display()),
+                });
+            }
+        }
+        if let Some(c) = get(props, "cluster.id") {
+            match &cluster {
+                Some((first, at)) if *first != c => {
+                    return Err(invalid(
+                        dir,
+                        format!(
+                            "{} has cluster.id {c} but {} has {first}: the folders belong to different clusters",
+                            path.display(),
+                            at.join("meta.properties").display()
+                        ),
+                    ))
+                }
+                Some(_) => {}
+                None => cluster = Some((c, dir.clone())),
+            }
         }
     }
-    if let Some(cluster) = get("cluster.id") {
-        return Ok(cluster);
+    let cluster = cluster.map_or_else(random_id, |(c, _)| c);
+    let mut seen: Vec<(String, PathBuf)> = Vec::new();
+    for (dir, props) in &found {
+        let directory = match get(props, "directory.id") {
+            Some(d) => d,
+            None => {
+                // New folder, or one formatted before directory ids.
+                let d = random_id();
+                let mut body = String::from("#\n#Written by sluice\n");
+                let mut keys = vec![
+                    ("cluster.id".to_string(), cluster.clone()),
+                    ("directory.id".to_string(), d.clone()),
+                    ("node.id".to_string(), node_id.to_string()),
+                    ("version".to_string(), "1".to_string()),
+                ];
+                for (k, v) in props {
+                    if !keys.iter().any(|(key, _)| key == k) {
+                        keys.push((k.clone(), v.clone()));
+                    }
+                }
+                keys.sort();
+                for (k, v) in keys {
+                    body.push_str(&format!("{k}={v}\n"));
+                }
+                let tmp = dir.join("meta.properties.tmp");
+                let path = dir.join("meta.properties");
+                std::fs::write(&tmp, body).map_err(|e| io(tmp.display().to_string(), e))?;
+                std::fs::File::open(&tmp)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| io(tmp.display().to_string(), e))?;
+                std::fs::rename(&tmp, &path).map_err(|e| io(path.display().to_string(), e))?;
+                std::fs::File::open(dir)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| io(dir.display().to_string(), e))?;
+                d
+            }
+        };
+        if let Some((_, other)) = seen.iter().find(|(id, _)| *id == directory) {
+            return Err(invalid(
+                dir,
+                format!(
+                    "duplicate directory.id {directory} in {} and {}",
+                    other.display(),
+                    dir.display()
+                ),
+            ));
+        }
+        seen.push((directory, dir.clone()));
     }
-    let cluster = base64url(Uuid::new_v4().as_bytes());
-    let directory = base64url(Uuid::new_v4().as_bytes());
-    let body = format!(
-        "#\n#Written by sluice\ncluster.id={cluster}\ndirectory.id={directory}\nnode.id={node_id}\nversion=1\n"
-    );
-    let tmp = dir.join("meta.properties.tmp");
-    std::fs::write(&tmp, body).map_err(|e| io(tmp.display().to_string(), e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| io(path.display().to_string(), e))?;
     Ok(cluster)
+}
+
+/// A random id as Kafka makes them (`Uuid.randomUuid`): URL-safe base64
+/// of a v4 UUID, never starting with `-` (it would read as a command-line
+/// flag).
+fn random_id() -> String {
+    loop {
+        let id = base64url(Uuid::new_v4().as_bytes());
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
 }
 
 /// URL-safe base64 without padding (Kafka's cluster id format).

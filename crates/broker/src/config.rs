@@ -685,15 +685,43 @@ impl BrokerConfig {
         Ok(l)
     }
 
-    /// The data folder: the first of `log.dirs`, else `log.dir`.
+    /// The first data folder: the first of `log.dirs`, else `log.dir`.
     pub fn data_dir(&self) -> PathBuf {
-        let dirs = self
+        self.log_dirs()
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| PathBuf::from("./sluice-data"))
+    }
+
+    /// The data folders (JBOD): `log.dirs` (comma-separated), else
+    /// `log.dir`; empty items and repeats are dropped.
+    pub fn log_dirs(&self) -> Vec<PathBuf> {
+        let v = self
             .get("log.dirs")
             .filter(|v| !v.trim().is_empty())
             .or_else(|| self.get("log.dir"))
             .cloned()
             .unwrap_or_else(|| "./sluice-data".into());
-        PathBuf::from(dirs.split(',').next().unwrap_or("./sluice-data").trim())
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let d = PathBuf::from(item);
+            if !dirs.contains(&d) {
+                dirs.push(d);
+            }
+        }
+        if dirs.is_empty() {
+            dirs.push(PathBuf::from("./sluice-data"));
+        }
+        dirs
+    }
+
+    /// The folder of the metadata log: `metadata.log.dir`, else the first
+    /// data folder (as Kafka).
+    pub fn metadata_log_dir(&self) -> PathBuf {
+        self.get("metadata.log.dir")
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| self.data_dir(), PathBuf::from)
     }
 
     /// `node.id`, or `broker.id` when only that was set (Kafka treats them

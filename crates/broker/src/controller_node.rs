@@ -40,10 +40,11 @@ impl ControllerNode {
                 "a controller-only node needs process.roles=controller".into(),
             ));
         }
-        let dir = config.data_dir();
-        std::fs::create_dir_all(&dir).map_err(|e| io(dir.display().to_string(), e))?;
+        // The metadata log's folder (`metadata.log.dir`, else the first of
+        // `log.dirs`): a controller holds no partition logs.
+        let dir = config.metadata_log_dir();
         let node_id = config.node_id();
-        let cluster_id = crate::broker::meta_properties(&dir, node_id)?;
+        let cluster_id = crate::broker::format_dirs(std::slice::from_ref(&dir), node_id)?;
         let (qc, l) = config.quorum_config()?.ok_or_else(|| {
             BrokerError::Malformed("a controller-only node needs controller.quorum.voters".into())
         })?;

@@ -440,6 +440,22 @@ impl Partitions {
             .cloned()
     }
 
+    /// Drops the partition (resigned: its waiters answer
+    /// NOT_LEADER_OR_FOLLOWER and coordinators holding a lease unload), so
+    /// the next [`Self::sync`] leads it again with the log it finds then
+    /// (after a move between data folders, design 024).
+    pub(crate) fn forget(&self, tp: &TopicPartition) {
+        let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(ps) = map.get_mut(&tp.topic) {
+            if let Some(p) = ps.remove(&tp.partition) {
+                p.resign();
+            }
+            if ps.is_empty() {
+                map.remove(&tp.topic);
+            }
+        }
+    }
+
     /// Every partition this node leads.
     pub(crate) fn all(&self) -> Vec<Arc<Partition>> {
         self.map

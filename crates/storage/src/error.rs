@@ -95,6 +95,10 @@ pub enum StorageError {
     /// A config key that does not exist (Kafka's wording).
     #[error("Unknown topic config name: {0}")]
     UnknownConfig(String),
+    /// The data folders cannot be used as they are (no folder; a partition
+    /// in two folders, Kafka's duplicate-log error).
+    #[error("data folders: {0}")]
+    Layout(String),
     /// The log was closed or deleted while in use.
     #[error("log {0} is closed")]
     Closed(String),

@@ -36,7 +36,7 @@ pub use log::{
     AppendInfo, AppendOrigin, Log, LogOpenOptions, OffsetSpec, ReadInfo, ReadLimit, ReplayEvent,
     TimestampOffset,
 };
-pub use manager::{LogManager, ManagerConfig};
+pub use manager::{LogManager, ManagerConfig, MoveOutcome, MoveState};
 pub use producer::{ActiveProducer, ProducerLoad, ProducerStateConfig, ProducerStateEntry};
 pub use segment::FileRegion;
 

@@ -1,7 +1,7 @@
-//! The LogManager: every partition log of one data folder (Kafka's
-//! `LogManager`).
+//! The LogManager: every partition log of the broker's data folders
+//! (`log.dirs`, JBOD; Kafka's `LogManager`).
 //!
-//! It owns the data-folder files — `meta.properties` (format version),
+//! It owns, in each data folder, the data-folder files — `meta.properties` (format version),
 //! `.lock` (one process per folder), the clean-shutdown marker
 //! `.kafka_cleanshutdown`, and the checkpoints `recovery-point-offset-checkpoint`,
 //! `log-start-offset-checkpoint`, `replication-offset-checkpoint`,
@@ -15,8 +15,19 @@
 //! Kafka's `LogManager` skips it), and stray folders `<tp>.<id>-stray` (a
 //! partition the metadata did not know at start, moved aside by
 //! [`LogManager::rename_stray`] and kept for an operator to look at).
+//!
+//! Several folders (design 024): each has its own lock, marker and
+//! checkpoints, which list the partitions in that folder. A new partition
+//! goes to the folder holding the fewest partitions (Kafka's
+//! `nextLogDirs`); at start every folder is scanned and a partition found
+//! in two folders stops the start (Kafka's duplicate-log error). A replica
+//! moves between folders with [`LogManager::move_log`] (module
+//! `relocate`): a `<tp>.<id>-future` copy, committed by renaming the source
+//! folder `-delete`; on start a future folder whose partition still has its
+//! folder is an unfinished move and is removed, one whose partition has
+//! none is a committed move and becomes the partition's folder.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
@@ -39,10 +50,13 @@ pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
 /// Name of the format file in the data folder.
 pub const META_PROPERTIES: &str = "meta.properties";
 /// Suffix of partition folders being deleted.
-const DELETE_DIR_SUFFIX: &str = "-delete";
+pub(crate) const DELETE_DIR_SUFFIX: &str = "-delete";
 /// Suffix of partition folders set aside because the metadata does not know
 /// them (Kafka's stray logs, `<topic>-<partition>.<id>-stray`).
 pub const STRAY_DIR_SUFFIX: &str = "-stray";
+/// Suffix of the copy of a partition being moved to another data folder
+/// (Kafka's future logs, `<topic>-<partition>.<id>-future`).
+pub const FUTURE_DIR_SUFFIX: &str = "-future";
 /// Data-folder format versions this build reads (`version=` in
 /// meta.properties, as Kafka: 0 for ZooKeeper-era folders, 1 for KRaft).
 const SUPPORTED_VERSIONS: &[&str] = &["0", "1"];
@@ -50,8 +64,9 @@ const SUPPORTED_VERSIONS: &[&str] = &["0", "1"];
 /// Settings of a LogManager (Kafka's `log.*` server configs).
 #[derive(Debug, Clone)]
 pub struct ManagerConfig {
-    /// The data folder (`log.dirs`; one folder).
-    pub log_dir: PathBuf,
+    /// The data folders (`log.dirs`), at least one; partitions are spread
+    /// over them.
+    pub log_dirs: Vec<PathBuf>,
     /// Topic config defaults for logs without overrides.
     pub default_config: LogConfig,
     /// `num.recovery.threads.per.data.dir`
@@ -76,10 +91,15 @@ pub struct ManagerConfig {
 }
 
 impl ManagerConfig {
-    /// Kafka's defaults for a data folder.
+    /// Kafka's defaults for one data folder.
     pub fn new(log_dir: impl Into<PathBuf>) -> Self {
+        Self::with_dirs(vec![log_dir.into()])
+    }
+
+    /// Kafka's defaults for several data folders (JBOD).
+    pub fn with_dirs(log_dirs: Vec<PathBuf>) -> Self {
         Self {
-            log_dir: log_dir.into(),
+            log_dirs,
             default_config: LogConfig::default(),
             recovery_threads: 2,
             retention_check_interval_ms: 300_000,
@@ -95,16 +115,34 @@ impl ManagerConfig {
     }
 }
 
-/// All partition logs of one data folder.
+/// One data folder: its path and the `.lock` held while it is open.
+#[derive(Debug)]
+struct DataDir {
+    path: PathBuf,
+    _lock: std::fs::File,
+}
+
+/// All partition logs of the data folders.
 #[derive(Debug)]
 pub struct LogManager {
     config: ManagerConfig,
+    dirs: Vec<DataDir>,
     logs: RwLock<BTreeMap<TopicPartition, Arc<Log>>>,
     first_dirty: Mutex<BTreeMap<TopicPartition, i64>>,
+    /// Moves in progress (at most one at a time: `move_lock`).
+    moving: Mutex<BTreeMap<TopicPartition, relocate::Move>>,
+    /// Serializes moves, deletions and stray renames of partitions.
+    move_lock: Mutex<()>,
+    /// Serializes checkpoint writes (the scheduler's and a move's).
+    checkpoint_lock: Mutex<()>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     clean_start: bool,
-    _lock: std::fs::File,
+    /// Folders asked for partitions not created yet (AlterReplicaLogDirs;
+    /// Kafka's preferred log dirs), used once when the log is created.
+    preferred: Mutex<BTreeMap<TopicPartition, usize>>,
+    /// Folders that failed I/O (Kafka's offline log dirs).
+    offline_dirs: Mutex<BTreeSet<usize>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -118,55 +156,58 @@ impl LogManager {
         Self::open_with(config, &move |_| defaults.clone())
     }
 
-    /// Opens the data folder; `config_for` gives each partition's config.
+    /// Opens the data folders; `config_for` gives each partition's config.
     pub fn open_with(
         config: ManagerConfig,
         config_for: &(dyn Fn(&TopicPartition) -> LogConfig + Sync),
     ) -> Result<Arc<Self>> {
-        let dir = config.log_dir.clone();
-        std::fs::create_dir_all(&dir).at(&dir)?;
-        let lock_file = lock_folder(&dir)?;
-        check_meta_properties(&dir)?;
-        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
-        let clean = marker.exists();
-        let recovery = checkpoint::read_offsets(&dir.join(RECOVERY_POINT_CHECKPOINT))?;
-        let starts = checkpoint::read_offsets(&dir.join(LOG_START_OFFSET_CHECKPOINT))?;
-        let hws = checkpoint::read_offsets(&dir.join(REPLICATION_OFFSET_CHECKPOINT))?;
-        let first_dirty = checkpoint::read_offsets(&dir.join(CLEANER_OFFSET_CHECKPOINT))?;
-
-        let mut todo = Vec::new();
-        for entry in std::fs::read_dir(&dir).at(&dir)? {
-            let entry = entry.at(&dir)?;
-            let path = entry.path();
-            if !path.is_dir() {
-                continue;
-            }
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.ends_with(DELETE_DIR_SUFFIX) {
-                // Renamed by `delete` after the deletion was recorded.
-                tracing::info!(path = %path.display(), "removing partition folder of a deleted topic");
-                std::fs::remove_dir_all(&path).at(&path)?;
-                continue;
-            }
-            if name.ends_with(STRAY_DIR_SUFFIX) {
-                tracing::warn!(path = %path.display(), "keeping stray partition folder (not loaded; remove it by hand once inspected)");
-                continue;
-            }
-            let Some(tp) = TopicPartition::from_dir_name(&name) else {
-                return Err(bad_file(&path, "folder name is not <topic>-<partition>"));
-            };
-            if tp.topic == CLUSTER_METADATA_TOPIC {
-                // The controller opens it with its own settings.
-                continue;
-            }
-            todo.push((tp, path));
+        if config.log_dirs.is_empty() {
+            return Err(StorageError::Layout(
+                "no data folder (log.dirs is empty)".into(),
+            ));
         }
+        let mut dirs = Vec::new();
+        let mut clean = true;
+        // Per folder: its checkpoints; the folder holding each partition.
+        let mut checkpoints = Vec::new();
+        let mut found: BTreeMap<TopicPartition, (usize, PathBuf)> = BTreeMap::new();
+        let mut futures: Vec<(TopicPartition, usize, PathBuf)> = Vec::new();
+        let mut first_dirty = BTreeMap::new();
+        for (i, dir) in config.log_dirs.iter().enumerate() {
+            std::fs::create_dir_all(dir).at(dir)?;
+            let lock_file = lock_folder(dir)?;
+            check_meta_properties(dir)?;
+            clean &= dir.join(CLEAN_SHUTDOWN_FILE).exists();
+            checkpoints.push(DirCheckpoints {
+                recovery: checkpoint::read_offsets(&dir.join(RECOVERY_POINT_CHECKPOINT))?,
+                starts: checkpoint::read_offsets(&dir.join(LOG_START_OFFSET_CHECKPOINT))?,
+                hws: checkpoint::read_offsets(&dir.join(REPLICATION_OFFSET_CHECKPOINT))?,
+            });
+            let dirty = checkpoint::read_offsets(&dir.join(CLEANER_OFFSET_CHECKPOINT))?;
+            scan_dir(i, dir, &mut found, &mut futures)?;
+            first_dirty.extend(dirty);
+            dirs.push(DataDir {
+                path: dir.clone(),
+                _lock: lock_file,
+            });
+        }
+        for (tp, i, path) in futures {
+            relocate::settle_future(&tp, i, &path, &config.log_dirs, &mut found)?;
+        }
+        let todo: Vec<(TopicPartition, PathBuf)> = found
+            .iter()
+            .map(|(tp, (_, p))| (tp.clone(), p.clone()))
+            .collect();
         let started = Instant::now();
         let opened = open_parallel(&todo, config.recovery_threads.max(1), |tp, path| {
+            let c = found
+                .get(tp)
+                .and_then(|(i, _)| checkpoints.get(*i))
+                .ok_or_else(|| bad_file(path, "partition folder outside the data folders"))?;
             let opts = LogOpenOptions {
-                recovery_point: recovery.get(tp).copied().unwrap_or(0),
-                log_start_offset: starts.get(tp).copied().unwrap_or(0),
-                high_watermark: hws.get(tp).copied().unwrap_or(0),
+                recovery_point: c.recovery.get(tp).copied().unwrap_or(0),
+                log_start_offset: c.starts.get(tp).copied().unwrap_or(0),
+                high_watermark: c.hws.get(tp).copied().unwrap_or(0),
                 clean_shutdown: clean,
                 producer_state: config.producer_state,
             };
@@ -179,13 +220,16 @@ impl LogManager {
             )
         })?;
         tracing::info!(
-            dir = %dir.display(), partitions = opened.len(), clean_shutdown = clean,
+            dirs = ?config.log_dirs, partitions = opened.len(), clean_shutdown = clean,
             elapsed_ms = started.elapsed().as_millis() as u64, "loaded logs"
         );
         // From here on a crash is an unclean shutdown.
-        if clean {
-            std::fs::remove_file(&marker).at(&marker)?;
-            checkpoint::sync_dir(&dir)?;
+        for dir in &config.log_dirs {
+            let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+            if marker.exists() {
+                std::fs::remove_file(&marker).at(&marker)?;
+                checkpoint::sync_dir(dir)?;
+            }
         }
         let logs = opened
             .into_iter()
@@ -193,18 +237,97 @@ impl LogManager {
             .collect();
         Ok(Arc::new(Self {
             config,
+            dirs,
             logs: RwLock::new(logs),
             first_dirty: Mutex::new(first_dirty),
+            moving: Mutex::new(BTreeMap::new()),
+            move_lock: Mutex::new(()),
+            checkpoint_lock: Mutex::new(()),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
             threads: Mutex::new(Vec::new()),
             clean_start: clean,
-            _lock: lock_file,
+            offline_dirs: Mutex::new(BTreeSet::new()),
+            preferred: Mutex::new(BTreeMap::new()),
         }))
     }
 
-    /// The data folder.
+    /// The first data folder.
     pub fn dir(&self) -> &Path {
-        &self.config.log_dir
+        &self.dirs[0].path
+    }
+
+    /// Every data folder, in `log.dirs` order.
+    pub fn dirs(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.path.clone()).collect()
+    }
+
+    /// The index (in [`Self::dirs`]) of the folder holding `log`.
+    pub fn dir_index_of(&self, log: &Log) -> Option<usize> {
+        let parent = log.dir().parent()?;
+        self.dirs.iter().position(|d| d.path == parent)
+    }
+
+    /// The folder a new partition goes to: the one holding the fewest
+    /// partitions (moves in progress count for their destination), the
+    /// first such in `log.dirs` order (Kafka's `nextLogDirs`).
+    fn next_dir(&self, logs: &BTreeMap<TopicPartition, Arc<Log>>) -> Option<usize> {
+        let mut counts = vec![0usize; self.dirs.len()];
+        for log in logs.values() {
+            if let Some(i) = self.dir_index_of(log) {
+                counts[i] += 1;
+            }
+        }
+        for m in lock(&self.moving).values() {
+            if let Some(c) = counts.get_mut(m.dest) {
+                *c += 1;
+            }
+        }
+        let offline = lock(&self.offline_dirs).clone();
+        (0..counts.len())
+            .filter(|i| !offline.contains(i))
+            .min_by_key(|&i| (counts[i], i))
+    }
+
+    /// Remembers folder `dir` for `tp` when it has no log here yet: the
+    /// log is created there (Kafka's `maybeUpdatePreferredLogDir`).
+    /// Returns whether it was remembered (false: the log exists).
+    pub fn prefer_dir(&self, tp: &TopicPartition, dir: usize) -> bool {
+        let logs = self.logs.read().unwrap_or_else(|p| p.into_inner());
+        if logs.contains_key(tp) || dir >= self.dirs.len() {
+            return false;
+        }
+        lock(&self.preferred).insert(tp.clone(), dir);
+        true
+    }
+
+    /// Kafka's log dir failure: a folder where any log hit an I/O error
+    /// (and went offline) is offline as a whole: every log in it goes
+    /// offline (KAFKA_STORAGE_ERROR), no partition is placed or moved
+    /// there, its checkpoints are no longer written. Checked by the
+    /// scheduler on every tick and before the folders are reported.
+    /// Returns the offline folders.
+    pub fn offline_dirs(&self) -> BTreeSet<usize> {
+        let logs = self.logs();
+        let failed: BTreeSet<usize> = logs
+            .iter()
+            .filter(|l| l.is_offline())
+            .filter_map(|l| self.dir_index_of(l))
+            .collect();
+        let mut offline = lock(&self.offline_dirs);
+        for i in failed {
+            if offline.insert(i) {
+                let dir = &self.dirs[i].path;
+                tracing::error!(dir = %dir.display(), "data folder failed: its partitions are offline");
+                for l in logs.iter().filter(|l| self.dir_index_of(l) == Some(i)) {
+                    l.go_offline(StorageError::Offline(format!(
+                        "{} (data folder {} failed)",
+                        l.topic_partition(),
+                        dir.display()
+                    )));
+                }
+            }
+        }
+        offline.clone()
     }
 
     /// Whether the folder was shut down cleanly last time.
@@ -235,7 +358,7 @@ impl LogManager {
     pub fn get_or_create(&self, tp: &TopicPartition, config: LogConfig) -> Result<Arc<Log>> {
         if tp.topic == CLUSTER_METADATA_TOPIC {
             return Err(bad_file(
-                &self.config.log_dir.join(tp.dir_name()),
+                &self.dir().join(tp.dir_name()),
                 "the metadata log is owned by the controller, not the log manager",
             ));
         }
@@ -246,7 +369,16 @@ impl LogManager {
         if let Some(l) = logs.get(tp) {
             return Ok(Arc::clone(l));
         }
-        let path = self.config.log_dir.join(tp.dir_name());
+        let preferred = lock(&self.preferred)
+            .remove(tp)
+            .filter(|i| !lock(&self.offline_dirs).contains(i));
+        let Some(i) = preferred.or_else(|| self.next_dir(&logs)) else {
+            return Err(StorageError::Offline(format!(
+                "{tp}: every data folder is offline"
+            )));
+        };
+        let dir = &self.dirs[i].path;
+        let path = dir.join(tp.dir_name());
         let log = Arc::new(Log::open(
             &path,
             tp.clone(),
@@ -257,7 +389,7 @@ impl LogManager {
             },
             Arc::clone(&self.config.clock),
         )?);
-        checkpoint::sync_dir(&self.config.log_dir)?;
+        checkpoint::sync_dir(dir)?;
         logs.insert(tp.clone(), Arc::clone(&log));
         Ok(log)
     }
@@ -265,6 +397,7 @@ impl LogManager {
     /// Deletes a partition: its folder is renamed `<tp>.<id>-delete` (so a
     /// crash finishes the job at the next start) and removed.
     pub fn delete(&self, tp: &TopicPartition) -> Result<bool> {
+        let _moves = lock(&self.move_lock);
         let Some(log) = self
             .logs
             .write()
@@ -277,12 +410,10 @@ impl LogManager {
         let id = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let doomed = self
-            .config
-            .log_dir
-            .join(format!("{}.{id:x}{DELETE_DIR_SUFFIX}", tp.dir_name()));
+        let parent = parent_of(&log)?;
+        let doomed = parent.join(format!("{}.{id:x}{DELETE_DIR_SUFFIX}", tp.dir_name()));
         std::fs::rename(log.dir(), &doomed).at(log.dir())?;
-        checkpoint::sync_dir(&self.config.log_dir)?;
+        checkpoint::sync_dir(&parent)?;
         std::fs::remove_dir_all(&doomed).at(&doomed)?;
         Ok(true)
     }
@@ -292,6 +423,7 @@ impl LogManager {
     /// stray logs; the topic part is shortened so the name stays within 255
     /// bytes) and the log leaves the manager. Returns the new folder.
     pub fn rename_stray(&self, tp: &TopicPartition) -> Result<Option<PathBuf>> {
+        let _moves = lock(&self.move_lock);
         let Some(log) = self
             .logs
             .write()
@@ -305,9 +437,10 @@ impl LogManager {
         if let Err(e) = log.close() {
             tracing::warn!(partition = %tp, error = %e, "closing stray log failed; renaming it anyway");
         }
-        let aside = self.config.log_dir.join(stray_dir_name(tp));
+        let parent = parent_of(&log)?;
+        let aside = parent.join(stray_dir_name(tp));
         std::fs::rename(log.dir(), &aside).at(log.dir())?;
-        checkpoint::sync_dir(&self.config.log_dir)?;
+        checkpoint::sync_dir(&parent)?;
         Ok(Some(aside))
     }
 
@@ -369,27 +502,47 @@ impl LogManager {
     }
 
     /// Writes the recovery point, log start offset and high watermark
-    /// checkpoints.
+    /// checkpoints of every folder (each lists the partitions in it).
     pub fn checkpoint(&self) -> Result<()> {
+        let _c = lock(&self.checkpoint_lock);
         let logs = self.logs();
-        let collect = |f: &dyn Fn(&Log) -> i64| -> BTreeMap<TopicPartition, i64> {
-            logs.iter()
-                .map(|l| (l.topic_partition().clone(), f(l)))
-                .collect()
+        let mut first_err = None;
+        let offline = self.offline_dirs();
+        for i in (0..self.dirs.len()).filter(|i| !offline.contains(i)) {
+            if let Err(e) = self.checkpoint_dir(i, &logs) {
+                tracing::error!(dir = %self.dirs[i].path.display(), error = %e, "writing checkpoints failed");
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// The checkpoints of folder `i`: its logs, and the copies being moved
+    /// into it whose move is about to commit. The caller holds
+    /// `checkpoint_lock`.
+    fn checkpoint_dir(&self, i: usize, logs: &[Arc<Log>]) -> Result<()> {
+        let mut rows: Vec<(TopicPartition, [i64; 3])> = logs
+            .iter()
+            .filter(|l| self.dir_index_of(l) == Some(i))
+            .map(|l| {
+                (
+                    l.topic_partition().clone(),
+                    [l.recovery_point(), l.log_start_offset(), l.high_watermark()],
+                )
+            })
+            .collect();
+        for (tp, m) in lock(&self.moving).iter() {
+            if let (true, Some(offsets)) = (m.dest == i, m.committing) {
+                rows.push((tp.clone(), offsets));
+            }
+        }
+        let column = |k: usize| -> BTreeMap<TopicPartition, i64> {
+            rows.iter().map(|(tp, o)| (tp.clone(), o[k])).collect()
         };
-        let dir = &self.config.log_dir;
-        checkpoint::write_offsets(
-            &dir.join(RECOVERY_POINT_CHECKPOINT),
-            &collect(&|l| l.recovery_point()),
-        )?;
-        checkpoint::write_offsets(
-            &dir.join(LOG_START_OFFSET_CHECKPOINT),
-            &collect(&|l| l.log_start_offset()),
-        )?;
-        checkpoint::write_offsets(
-            &dir.join(REPLICATION_OFFSET_CHECKPOINT),
-            &collect(&|l| l.high_watermark()),
-        )?;
+        let dir = &self.dirs[i].path;
+        checkpoint::write_offsets(&dir.join(RECOVERY_POINT_CHECKPOINT), &column(0))?;
+        checkpoint::write_offsets(&dir.join(LOG_START_OFFSET_CHECKPOINT), &column(1))?;
+        checkpoint::write_offsets(&dir.join(REPLICATION_OFFSET_CHECKPOINT), &column(2))?;
         Ok(())
     }
 
@@ -420,10 +573,17 @@ impl LogManager {
             d.insert(tp.clone(), stats.end);
             d.clone()
         };
-        checkpoint::write_offsets(
-            &self.config.log_dir.join(CLEANER_OFFSET_CHECKPOINT),
-            &snapshot,
-        )?;
+        // Each folder's cleaner checkpoint lists the partitions in it.
+        if let Some(i) = self.dir_index_of(&log) {
+            let here: BTreeMap<TopicPartition, i64> = snapshot
+                .into_iter()
+                .filter(|(t, _)| {
+                    self.get(t)
+                        .is_some_and(|l| self.dir_index_of(&l) == Some(i))
+                })
+                .collect();
+            checkpoint::write_offsets(&self.dirs[i].path.join(CLEANER_OFFSET_CHECKPOINT), &here)?;
+        }
         Ok(Some((tp, stats)))
     }
 
@@ -463,6 +623,7 @@ impl LogManager {
         let mut next_checkpoint = Instant::now() + Duration::from_millis(c.checkpoint_interval_ms);
         while !self.wait_stop(tick) {
             self.flush_due();
+            self.offline_dirs();
             self.delete_expired_files();
             let now = Instant::now();
             if now >= next_retention {
@@ -523,13 +684,88 @@ impl LogManager {
         }
         self.checkpoint()?;
         if clean {
-            let marker = self.config.log_dir.join(CLEAN_SHUTDOWN_FILE);
-            std::fs::write(&marker, b"{\"version\":0,\"brokerEpoch\":-1}").at(&marker)?;
-            checkpoint::sync_dir(&self.config.log_dir)?;
+            for d in &self.dirs {
+                let marker = d.path.join(CLEAN_SHUTDOWN_FILE);
+                std::fs::write(&marker, b"{\"version\":0,\"brokerEpoch\":-1}").at(&marker)?;
+                checkpoint::sync_dir(&d.path)?;
+            }
         }
-        tracing::info!(dir = %self.config.log_dir.display(), clean, "log manager shut down");
+        tracing::info!(dirs = ?self.config.log_dirs, clean, "log manager shut down");
         Ok(())
     }
+}
+
+/// Where the last session left the partitions of one folder.
+struct DirCheckpoints {
+    recovery: BTreeMap<TopicPartition, i64>,
+    starts: BTreeMap<TopicPartition, i64>,
+    hws: BTreeMap<TopicPartition, i64>,
+}
+
+/// The data folder holding a log's folder.
+fn parent_of(log: &Log) -> Result<PathBuf> {
+    log.dir()
+        .parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| bad_file(log.dir(), "partition folder has no parent folder"))
+}
+
+/// Scans folder `i`: removes folders of deleted partitions, keeps stray
+/// ones aside, collects partition folders into `found` (a partition
+/// already found in another folder is Kafka's duplicate-log error) and
+/// future folders (moves) into `futures`.
+fn scan_dir(
+    i: usize,
+    dir: &Path,
+    found: &mut BTreeMap<TopicPartition, (usize, PathBuf)>,
+    futures: &mut Vec<(TopicPartition, usize, PathBuf)>,
+) -> Result<()> {
+    for entry in std::fs::read_dir(dir).at(dir)? {
+        let entry = entry.at(dir)?;
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(DELETE_DIR_SUFFIX) {
+            // Renamed by `delete` (or a committed move) first.
+            tracing::info!(path = %path.display(), "removing a deleted partition folder");
+            std::fs::remove_dir_all(&path).at(&path)?;
+            continue;
+        }
+        if name.ends_with(STRAY_DIR_SUFFIX) {
+            tracing::warn!(path = %path.display(), "keeping stray partition folder (not loaded; remove it by hand once inspected)");
+            continue;
+        }
+        if let Some(stem) = name.strip_suffix(FUTURE_DIR_SUFFIX) {
+            let tp = stem
+                .rsplit_once('.')
+                .and_then(|(tp, _id)| TopicPartition::from_dir_name(tp))
+                .ok_or_else(|| {
+                    bad_file(&path, "folder name is not <topic>-<partition>.<id>-future")
+                })?;
+            futures.push((tp, i, path));
+            continue;
+        }
+        let Some(tp) = TopicPartition::from_dir_name(&name) else {
+            return Err(bad_file(&path, "folder name is not <topic>-<partition>"));
+        };
+        if tp.topic == CLUSTER_METADATA_TOPIC {
+            // The controller opens it with its own settings.
+            continue;
+        }
+        if let Some((_, other)) = found.get(&tp) {
+            return Err(StorageError::Layout(format!(
+                "duplicate log directories for {tp} are found in both {} and {}: \
+                 recover by deleting one of the two folders (the one in the \
+                 data folder that failed recently, if any) before starting",
+                other.display(),
+                path.display()
+            )));
+        }
+        found.insert(tp, (i, path));
+    }
+    Ok(())
 }
 
 /// `<topic>-<partition>.<unique id>-stray`, the topic shortened so the
@@ -623,5 +859,11 @@ fn check_meta_properties(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+mod relocate;
+
+pub use relocate::{MoveOutcome, MoveState};
+
+#[cfg(test)]
+mod jbod_tests;
 #[cfg(test)]
 mod tests;

@@ -384,3 +384,24 @@ fn topic_defaults_follow_kafkas_synonyms() {
     let e = c.validate().expect_err("min > max");
     assert!(e.to_string().contains("compaction.lag.ms"), "{e}");
 }
+
+#[test]
+fn every_log_dir_is_used_and_the_metadata_log_dir_defaults_to_the_first() {
+    let mut c = BrokerConfig::default();
+    assert_eq!(c.log_dirs(), vec![PathBuf::from("./sluice-data")]);
+    c.set("log.dir", "/only").expect("set");
+    assert_eq!(c.log_dirs(), vec![PathBuf::from("/only")]);
+    c.set("log.dirs", " /a, /b ,,/a,/c").expect("set");
+    assert_eq!(
+        c.log_dirs(),
+        vec![
+            PathBuf::from("/a"),
+            PathBuf::from("/b"),
+            PathBuf::from("/c")
+        ]
+    );
+    assert_eq!(c.data_dir(), PathBuf::from("/a"));
+    assert_eq!(c.metadata_log_dir(), PathBuf::from("/a"));
+    c.set("metadata.log.dir", "/meta").expect("set");
+    assert_eq!(c.metadata_log_dir(), PathBuf::from("/meta"));
+}

@@ -32,7 +32,10 @@ pub(crate) fn storage_error(e: &StorageError) -> ApiError {
         StorageError::TransactionCoordinatorFenced(_) => {
             ResponseError::TransactionCoordinatorFenced
         }
-        StorageError::Io { .. } | StorageError::Offline(_) | StorageError::BadFile { .. } => {
+        StorageError::Io { .. }
+        | StorageError::Offline(_)
+        | StorageError::BadFile { .. }
+        | StorageError::Layout(_) => {
             tracing::error!(error = %e, "storage failure");
             ResponseError::KafkaStorageError
         }

@@ -7,6 +7,7 @@
 mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_configs;
+mod alter_replica_log_dirs;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
@@ -127,6 +128,7 @@ apis! {
     OffsetForLeaderEpoch => offset_for_leader_epoch, OffsetForLeaderEpochRequest, inline;
     DescribeConfigs => describe_configs, DescribeConfigsRequest, inline;
     AlterConfigs => alter_configs, AlterConfigsRequest, blocking;
+    AlterReplicaLogDirs => alter_replica_log_dirs, AlterReplicaLogDirsRequest, blocking;
     DescribeLogDirs => describe_log_dirs, DescribeLogDirsRequest, blocking;
     ElectLeaders => elect_leaders, ElectLeadersRequest, blocking;
     CreatePartitions => create_partitions, CreatePartitionsRequest, blocking;

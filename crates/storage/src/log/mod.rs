@@ -11,6 +11,8 @@
 //! - `producer`: producer state (idempotence) on append, roll, load,
 //!   truncation, retention and close; its snapshots.
 //! - `retention`: deleting old segments, log start offset, truncation.
+//! - `relocate`: freezing and copying the folder for a move to another
+//!   data folder.
 //!
 //! Locking: one append lock per partition serializes writers (append, roll,
 //! truncate, retention, segment swaps). Readers take the segment map's read
@@ -21,6 +23,7 @@ mod append;
 mod load;
 mod producer;
 mod read;
+mod relocate;
 mod replay;
 mod retention;
 mod validate;
@@ -41,6 +44,7 @@ use crate::TopicPartition;
 pub use append::AppendInfo;
 pub(crate) use load::{CLEANED_SUFFIX as CLEANED, SWAP_SUFFIX as SWAP};
 pub use read::{OffsetSpec, ReadInfo, ReadLimit, TimestampOffset};
+pub use relocate::FrozenLog;
 pub use replay::ReplayEvent;
 pub use validate::{decompression_limit, AppendOrigin, MAX_RECORD_ERRORS};
 
@@ -361,6 +365,6 @@ mod config_tests;
 #[cfg(test)]
 mod producer_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(test)]
 mod txn_tests;

@@ -7,9 +7,9 @@ use crate::config::CleanupPolicy;
 use crate::log::ReadLimit;
 use sluice_protocol::record::{BatchBuilder, Compression, Record};
 
-const T0: i64 = 1_700_000_000_000;
+pub(super) const T0: i64 = 1_700_000_000_000;
 
-fn batch(key: &str, value: Option<&str>, ts: i64) -> Vec<u8> {
+pub(super) fn batch(key: &str, value: Option<&str>, ts: i64) -> Vec<u8> {
     let mut b = BatchBuilder::new(Compression::None, ts);
     b.push(Record::new(
         Some(key.as_bytes().to_vec()),
@@ -30,7 +30,7 @@ fn config(dir: &Path, clock: &Arc<ManualClock>) -> ManagerConfig {
     }
 }
 
-fn fill(m: &LogManager, topics: &[&str], partitions: i32, n: usize) {
+pub(super) fn fill(m: &LogManager, topics: &[&str], partitions: i32, n: usize) {
     for t in topics {
         for p in 0..partitions {
             let log = m

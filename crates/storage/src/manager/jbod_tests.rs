@@ -1,0 +1,283 @@
+//! LogManager over several data folders (JBOD): placement, restart,
+//! duplicate partitions, moves between folders and interrupted moves.
+
+use super::*;
+use crate::clock::ManualClock;
+use crate::log::tests::values;
+use crate::manager::tests::{batch, fill, T0};
+
+fn config2(dirs: &[&Path], clock: &Arc<ManualClock>) -> ManagerConfig {
+    ManagerConfig {
+        clock: clock.clone(),
+        default_config: LogConfig {
+            segment_bytes: 1024,
+            ..LogConfig::default()
+        },
+        ..ManagerConfig::with_dirs(dirs.iter().map(|d| d.to_path_buf()).collect())
+    }
+}
+
+fn tp(t: &str, p: i32) -> TopicPartition {
+    TopicPartition::new(t, p)
+}
+
+/// Partition folder names directly in `dir`.
+fn partitions_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            e.path()
+                .is_dir()
+                .then(|| e.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), to.join(e.file_name())).expect("copy");
+    }
+}
+
+#[test]
+fn partitions_spread_over_folders_and_are_found_after_a_restart() {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    fill(&m, &["t"], 4, 30);
+    fill(&m, &["u"], 1, 5);
+    // Fewest partitions first, ties to the first folder: t-0 a, t-1 b,
+    // t-2 a, t-3 b, u-0 a.
+    assert_eq!(partitions_in(a.path()), vec!["t-0", "t-2", "u-0"]);
+    assert_eq!(partitions_in(b.path()), vec!["t-1", "t-3"]);
+    for d in [a.path(), b.path()] {
+        assert!(d.join(META_PROPERTIES).exists());
+    }
+    m.shutdown().expect("shutdown");
+    drop(m);
+    // Each folder's checkpoints list only the partitions in it.
+    let rp = std::fs::read_to_string(b.path().join(RECOVERY_POINT_CHECKPOINT)).expect("read");
+    assert_eq!(rp, "0\n2\nt 1 30\nt 3 30\n");
+    for d in [a.path(), b.path()] {
+        assert!(d.join(CLEAN_SHUTDOWN_FILE).exists());
+    }
+
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("reopen");
+    assert!(m.had_clean_shutdown());
+    assert_eq!(m.logs().len(), 5);
+    for p in 0..4 {
+        let log = m.get(&tp("t", p)).expect("log");
+        assert_eq!(log.log_end_offset(), 30);
+        assert_eq!(log.high_watermark(), 30);
+        assert_eq!(values(&log, 0).len(), 30);
+        let expected = if p % 2 == 0 { a.path() } else { b.path() };
+        assert_eq!(m.dir_index_of(&log), Some(usize::from(p % 2 == 1)));
+        assert_eq!(log.dir().parent(), Some(expected));
+    }
+    // Deletion and retention work in any folder.
+    assert!(m.delete(&tp("t", 1)).expect("delete"));
+    assert_eq!(partitions_in(b.path()), vec!["t-3"]);
+    let log = m.get(&tp("t", 3)).expect("log");
+    log.advance_log_start_offset(20).expect("delete records");
+    assert!(log.segment_count() < 5, "segments below 20 deleted");
+    // A new partition goes to the emptier folder.
+    m.get_or_create(&tp("v", 0), LogConfig::default())
+        .expect("create");
+    assert_eq!(partitions_in(b.path()), vec!["t-3", "v-0"]);
+    m.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_partition_in_two_folders_stops_the_start() {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    fill(&m, &["t"], 1, 3);
+    m.shutdown().expect("shutdown");
+    drop(m);
+    copy_dir(&a.path().join("t-0"), &b.path().join("t-0"));
+    let e = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect_err("duplicate");
+    let msg = e.to_string();
+    assert!(msg.contains("duplicate log directories for t-0"), "{msg}");
+    assert!(
+        msg.contains(&a.path().join("t-0").display().to_string()),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&b.path().join("t-0").display().to_string()),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_move_keeps_the_data_and_survives_a_restart() {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    fill(&m, &["t"], 1, 40);
+    let old = m.get(&tp("t", 0)).expect("log");
+    old.advance_log_start_offset(10).expect("delete records");
+    let before = values(&old, 10);
+    assert_eq!(m.dir_index_of(&old), Some(0));
+    assert!(matches!(
+        m.move_log(&tp("t", 0), 0).expect("same"),
+        MoveOutcome::AlreadyThere
+    ));
+    assert!(matches!(
+        m.move_log(&tp("x", 0), 1).expect("none"),
+        MoveOutcome::NoSuchLog
+    ));
+    let MoveOutcome::Moved(new) = m.move_log(&tp("t", 0), 1).expect("move") else {
+        panic!("not moved");
+    };
+    assert!(m.moves().is_empty());
+    assert_eq!(m.dir_index_of(&new), Some(1));
+    assert!(Arc::ptr_eq(&new, &m.get(&tp("t", 0)).expect("log")));
+    assert_eq!(partitions_in(a.path()), Vec::<String>::new());
+    assert_eq!(partitions_in(b.path()), vec!["t-0"]);
+    assert_eq!(new.log_start_offset(), 10);
+    assert_eq!(new.high_watermark(), 40);
+    assert_eq!(values(&new, 10), before);
+    // The old log is retired: a late writer fails instead of writing into
+    // a folder that is gone.
+    assert!(old
+        .append_as_leader(&mut batch("late", Some("v"), T0), 0)
+        .is_err());
+    new.append_as_leader(&mut batch("k", Some("after"), T0), 0)
+        .expect("append");
+    new.set_high_watermark(new.log_end_offset());
+    // The copy's checkpoints are in its new folder.
+    let starts = std::fs::read_to_string(b.path().join(LOG_START_OFFSET_CHECKPOINT)).expect("read");
+    assert!(starts.contains("t 0 10\n"), "{starts}");
+    drop((old, new));
+    drop(m); // crash
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("reopen");
+    let log = m.get(&tp("t", 0)).expect("log");
+    assert_eq!(m.dir_index_of(&log), Some(1));
+    assert_eq!(log.log_start_offset(), 10);
+    assert_eq!(log.log_end_offset(), 41);
+    assert_eq!(values(&log, 10).len(), 31);
+    // And back.
+    assert!(matches!(
+        m.move_log(&tp("t", 0), 0).expect("move back"),
+        MoveOutcome::Moved(_)
+    ));
+    m.shutdown().expect("shutdown");
+    assert_eq!(partitions_in(a.path()), vec!["t-0"]);
+    assert_eq!(partitions_in(b.path()), Vec::<String>::new());
+}
+
+#[test]
+fn an_unfinished_move_is_discarded_and_a_committed_one_finished_at_start() {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    fill(&m, &["t"], 1, 25);
+    m.shutdown().expect("shutdown");
+    drop(m);
+    // Crash during the copy: the source is there, a (partial) copy too.
+    let future = b.path().join("t-0.1f-future");
+    copy_dir(&a.path().join("t-0"), &future);
+    std::fs::remove_file(future.join("00000000000000000000.log")).expect("partial");
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("reopen");
+    assert!(!future.exists(), "the unfinished copy is removed");
+    let log = m.get(&tp("t", 0)).expect("log");
+    assert_eq!(m.dir_index_of(&log), Some(0));
+    assert_eq!(values(&log, 0).len(), 25);
+    m.shutdown().expect("shutdown");
+    drop((log, m));
+
+    // Crash after the commit: the source folder renamed -delete, the
+    // complete copy not yet renamed.
+    copy_dir(&a.path().join("t-0"), &future);
+    std::fs::rename(a.path().join("t-0"), a.path().join("t-0.1f-delete")).expect("commit");
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("reopen");
+    assert_eq!(partitions_in(a.path()), Vec::<String>::new());
+    assert_eq!(partitions_in(b.path()), vec!["t-0"]);
+    let log = m.get(&tp("t", 0)).expect("log");
+    assert_eq!(m.dir_index_of(&log), Some(1));
+    assert_eq!(values(&log, 0).len(), 25);
+    m.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_folder_with_a_failed_log_goes_offline() {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    fill(&m, &["t"], 4, 3);
+    assert!(m.offline_dirs().is_empty());
+    let failed = m.get(&tp("t", 1)).expect("log");
+    failed.go_offline(StorageError::Offline("t-1".into()));
+    assert_eq!(m.offline_dirs(), BTreeSet::from([1]));
+    assert!(m.get(&tp("t", 3)).expect("log").is_offline());
+    assert!(!m.get(&tp("t", 0)).expect("log").is_offline());
+    // Nothing is placed or moved there any more.
+    m.get_or_create(&tp("u", 0), LogConfig::default())
+        .expect("create");
+    m.get_or_create(&tp("u", 1), LogConfig::default())
+        .expect("create");
+    assert_eq!(partitions_in(a.path()), vec!["t-0", "t-2", "u-0", "u-1"]);
+    assert!(matches!(
+        m.move_log(&tp("t", 0), 1),
+        Err(StorageError::Offline(_))
+    ));
+    // The working folder's checkpoints are still written.
+    m.checkpoint().expect("checkpoint");
+    let rp = std::fs::read_to_string(a.path().join(RECOVERY_POINT_CHECKPOINT)).expect("read");
+    assert!(rp.contains("u 1 0\n"), "{rp}");
+}
+
+#[test]
+fn the_cleaner_works_in_any_folder_and_checkpoints_there() {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    fill(&m, &["first"], 1, 3);
+    let compacted = LogConfig {
+        segment_bytes: 1024,
+        cleanup_policy: crate::config::CleanupPolicy {
+            delete: false,
+            compact: true,
+        },
+        ..LogConfig::default()
+    };
+    let log = m.get_or_create(&tp("cmp", 0), compacted).expect("create");
+    assert_eq!(m.dir_index_of(&log), Some(1));
+    for i in 0..200 {
+        log.append_as_leader(&mut batch(&format!("k{}", i % 5), Some("v"), T0), 0)
+            .expect("append");
+    }
+    log.set_high_watermark(log.log_end_offset());
+    let before = log.size_in_bytes();
+    let (cleaned, stats) = m.clean_once().expect("clean").expect("cleaned");
+    assert_eq!(cleaned, tp("cmp", 0));
+    assert!(log.size_in_bytes() < before);
+    let cp = std::fs::read_to_string(b.path().join(CLEANER_OFFSET_CHECKPOINT)).expect("read");
+    assert_eq!(cp, format!("0\n1\ncmp 0 {}\n", stats.end));
+    assert!(!a.path().join(CLEANER_OFFSET_CHECKPOINT).exists());
+    m.shutdown().expect("shutdown");
+}

@@ -1,0 +1,256 @@
+//! Moving a partition's log to another data folder (AlterReplicaLogDirs;
+//! Kafka's future logs).
+//!
+//! The move, in [`LogManager::move_log`]:
+//! 1. the log is frozen (appends, truncation, retention and cleaner swaps
+//!    wait) and flushed;
+//! 2. its folder is copied to `<dest>/<tp>.<id>-future`, every file and
+//!    the folder fsynced;
+//! 3. the destination's checkpoints are written listing the copy (so the
+//!    log start offset and high watermark are known there after a crash);
+//! 4. **commit**: the source folder is renamed `<tp>.<id>-delete` and its
+//!    parent fsynced — only a complete, durable copy is ever committed;
+//! 5. the copy is renamed `<dest>/<tp>`, opened and takes the log's place;
+//!    the old log is retired (a writer that waited fails with
+//!    KAFKA_STORAGE_ERROR and retries on the new log) and its folder
+//!    removed.
+//!
+//! A crash before 4 leaves the source folder: on start the future folder
+//! is removed as an unfinished move. A crash after 4 leaves no source
+//! folder (or only its `-delete` folder, removed on start): the future
+//! folder is the committed move and becomes the partition's folder.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use super::{lock, parent_of, LogManager, DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX};
+use crate::checkpoint;
+use crate::error::{IoContext, Result, StorageError};
+use crate::log::Log;
+use crate::TopicPartition;
+
+/// A move in progress.
+#[derive(Debug)]
+pub(super) struct Move {
+    /// Index of the destination folder.
+    pub(super) dest: usize,
+    /// The future folder.
+    pub(super) path: PathBuf,
+    /// The log being moved.
+    pub(super) source: Arc<Log>,
+    /// Offset below which the copy holds every record.
+    pub(super) copied_to: Arc<AtomicI64>,
+    /// Recovery point, log start offset and high watermark of the copy,
+    /// set once it is complete (the destination checkpoints list it).
+    pub(super) committing: Option<[i64; 3]>,
+}
+
+/// A move in progress, as DescribeLogDirs reports it.
+#[derive(Debug, Clone)]
+pub struct MoveState {
+    pub topic_partition: TopicPartition,
+    /// The destination data folder.
+    pub dest_dir: PathBuf,
+    /// Bytes copied so far.
+    pub size_bytes: u64,
+    /// The source's log end offset minus the copy's (Kafka's offset lag
+    /// of a future replica).
+    pub offset_lag: i64,
+}
+
+/// What [`LogManager::move_log`] did.
+#[derive(Debug)]
+pub enum MoveOutcome {
+    /// The partition has no log here.
+    NoSuchLog,
+    /// The log is in that folder already.
+    AlreadyThere,
+    /// The log moved; the new one.
+    Moved(Arc<Log>),
+}
+
+/// At start: a future folder of a partition that still has its folder is
+/// an unfinished move (removed); one whose partition has none is a
+/// committed move (it becomes the partition's folder).
+pub(super) fn settle_future(
+    tp: &TopicPartition,
+    i: usize,
+    path: &Path,
+    dirs: &[PathBuf],
+    found: &mut BTreeMap<TopicPartition, (usize, PathBuf)>,
+) -> Result<()> {
+    if found.contains_key(tp) {
+        tracing::warn!(path = %path.display(), "removing the copy of an unfinished move between data folders");
+        std::fs::remove_dir_all(path).at(path)?;
+        return Ok(());
+    }
+    let dir = &dirs[i];
+    let target = dir.join(tp.dir_name());
+    tracing::info!(path = %path.display(), "finishing a committed move between data folders");
+    std::fs::rename(path, &target).at(path)?;
+    checkpoint::sync_dir(dir)?;
+    found.insert(tp.clone(), (i, target));
+    Ok(())
+}
+
+fn unique_id() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+fn discard(future: &Path) {
+    if let Err(e) = std::fs::remove_dir_all(future) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(path = %future.display(), error = %e, "removing an abandoned move copy failed (it goes at the next start)");
+        }
+    }
+}
+
+impl LogManager {
+    /// Moves the log of `tp` into data folder `dest` (an index into
+    /// [`Self::dirs`]); returns once the move committed or failed (a
+    /// failure before the commit leaves the log where it was).
+    pub fn move_log(&self, tp: &TopicPartition, dest: usize) -> Result<MoveOutcome> {
+        let _moves = lock(&self.move_lock);
+        let dest_dir = self
+            .dirs
+            .get(dest)
+            .ok_or_else(|| StorageError::Layout(format!("no data folder number {dest}")))?
+            .path
+            .clone();
+        let Some(old) = self.get(tp) else {
+            return Ok(MoveOutcome::NoSuchLog);
+        };
+        if self.offline_dirs().contains(&dest) {
+            return Err(StorageError::Offline(format!(
+                "{tp}: data folder {} is offline",
+                dest_dir.display()
+            )));
+        }
+        if self.dir_index_of(&old) == Some(dest) {
+            return Ok(MoveOutcome::AlreadyThere);
+        }
+        let id = unique_id();
+        let future = dest_dir.join(format!("{}.{id:x}{FUTURE_DIR_SUFFIX}", tp.dir_name()));
+        let copied_to = Arc::new(AtomicI64::new(old.log_start_offset()));
+        lock(&self.moving).insert(
+            tp.clone(),
+            Move {
+                dest,
+                path: future.clone(),
+                source: Arc::clone(&old),
+                copied_to: Arc::clone(&copied_to),
+                committing: None,
+            },
+        );
+        let r = self.move_frozen(tp, &old, dest, &dest_dir, &future, &copied_to, id);
+        lock(&self.moving).remove(tp);
+        r.map(MoveOutcome::Moved)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn move_frozen(
+        &self,
+        tp: &TopicPartition,
+        old: &Arc<Log>,
+        dest: usize,
+        dest_dir: &Path,
+        future: &Path,
+        copied_to: &AtomicI64,
+        id: u128,
+    ) -> Result<Arc<Log>> {
+        let frozen = old.freeze()?;
+        if let Err(e) = frozen
+            .copy_to(future, copied_to)
+            .and_then(|()| checkpoint::sync_dir(dest_dir))
+        {
+            discard(future);
+            return Err(e);
+        }
+        let opts = frozen.open_options(self.config.producer_state);
+        {
+            let _c = lock(&self.checkpoint_lock);
+            if let Some(m) = lock(&self.moving).get_mut(tp) {
+                m.committing = Some([
+                    opts.recovery_point,
+                    opts.log_start_offset,
+                    opts.high_watermark,
+                ]);
+            }
+            if let Err(e) = self.checkpoint_dir(dest, &self.logs()) {
+                discard(future);
+                return Err(e);
+            }
+        }
+        let mut logs = self.logs.write().unwrap_or_else(|p| p.into_inner());
+        if !logs.get(tp).is_some_and(|l| Arc::ptr_eq(l, old)) {
+            drop(logs);
+            discard(future);
+            return Err(StorageError::Closed(tp.to_string()));
+        }
+        let src_parent = parent_of(old)?;
+        let doomed = src_parent.join(format!("{}.{id:x}{DELETE_DIR_SUFFIX}", tp.dir_name()));
+        if let Err(e) = std::fs::rename(old.dir(), &doomed) {
+            drop(logs);
+            discard(future);
+            return Err(StorageError::Io {
+                path: old.dir().to_path_buf(),
+                source: e,
+            });
+        }
+        // From here on the source folder is gone from its name: the log
+        // is retired whatever happens next, and a restart settles the
+        // move from what is on disk.
+        logs.remove(tp);
+        frozen.retire();
+        checkpoint::sync_dir(&src_parent)?;
+        // Committed.
+        let target = dest_dir.join(tp.dir_name());
+        std::fs::rename(future, &target).at(future)?;
+        checkpoint::sync_dir(dest_dir)?;
+        let new = Arc::new(Log::open(
+            &target,
+            tp.clone(),
+            (*old.config()).clone(),
+            opts,
+            Arc::clone(&self.config.clock),
+        )?);
+        logs.insert(tp.clone(), Arc::clone(&new));
+        drop(logs);
+        tracing::info!(partition = %tp, from = %src_parent.display(), to = %dest_dir.display(), "moved a partition between data folders");
+        if let Err(e) = std::fs::remove_dir_all(&doomed) {
+            tracing::warn!(path = %doomed.display(), error = %e, "removing the moved partition's old folder failed (it goes at the next start)");
+        }
+        Ok(new)
+    }
+
+    /// The moves in progress.
+    pub fn moves(&self) -> Vec<MoveState> {
+        lock(&self.moving)
+            .iter()
+            .map(|(tp, m)| MoveState {
+                topic_partition: tp.clone(),
+                dest_dir: self.dirs[m.dest].path.clone(),
+                size_bytes: folder_size(&m.path),
+                offset_lag: (m.source.log_end_offset() - m.copied_to.load(Ordering::Acquire))
+                    .max(0),
+            })
+            .collect()
+    }
+}
+
+/// Bytes in the files of `dir` (0 when it cannot be read).
+fn folder_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,87 @@
+"""Several data folders per broker (JBOD, design 024) with real clients:
+a `sluice server` with two `log.dirs`, confluent-kafka producing to and
+consuming from several partitions, DescribeLogDirs and AlterReplicaLogDirs
+as raw requests encoded and decoded with kafka-python's protocol types
+(kafka-python's admin client only speaks DescribeLogDirs v0, which Kafka 4
+removed; confluent-kafka has no log-dir calls), and a restart.
+"""
+import os
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+
+from test_admin_apis import (DESCRIBE_LOG_DIRS_REQ, call, create,
+                             describe_log_dirs_resp, produce)
+
+LOG_DIR_NOT_FOUND = 57
+ALTER_REQ = [("dirs", [("path", "str"), ("topics", [("name", "str"), ("partitions", "[i32]")])])]
+ALTER_RESP = [("throttle_time_ms", "i32"), ("results", [
+    ("topic_name", "str"), ("partitions", [("partition_index", "i32"), ("error_code", "i16")])])]
+
+
+def folders(server, topic):
+    """{partition: folder index} from DescribeLogDirs v4."""
+    resp = call(server, 35, 4, True, DESCRIBE_LOG_DIRS_REQ, describe_log_dirs_resp(4),
+                {"topics": None})
+    out = {}
+    for i, d in enumerate(resp["results"]):
+        assert d["error_code"] == 0
+        assert d["total_bytes"] > 0
+        for t in d["topics"]:
+            if t["name"] == topic:
+                for p in t["partitions"]:
+                    assert not p["is_future_key"]
+                    out[p["partition_index"]] = i
+    return [d["log_dir"] for d in resp["results"]], out
+
+
+def alter(server, path, topic, partitions, version=2):
+    resp = call(server, 34, version, version >= 2, ALTER_REQ, ALTER_RESP,
+                {"dirs": [{"path": str(path), "topics": [{"name": topic, "partitions": partitions}]}]})
+    return [p["error_code"] for t in resp["results"] for p in t["partitions"]]
+
+
+def consume_counts(server, topic, want):
+    """Reads every partition from the start until `want` counts are seen
+    (or 30 s pass); returns the counts."""
+    c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "jbod-check",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, p, 0) for p in want])
+    counts = {p: 0 for p in want}
+    deadline = time.time() + 30
+    try:
+        while counts != want and time.time() < deadline:
+            for m in c.consume(100, 1.0):
+                assert m.error() is None, m.error()
+                counts[m.partition()] += 1
+    finally:
+        c.close()
+    return counts
+
+
+def test_two_log_dirs_spread_move_and_restart(server_factory, tmp_path):
+    a, b = tmp_path / "data", tmp_path / "data2"
+    s = server_factory("--override", f"log.dirs={a},{b}")
+    create(s, "jbod", 4)
+    for p in range(4):
+        produce(s, "jbod", 20, partition=p)
+    dirs, where = folders(s, "jbod")
+    assert [os.path.realpath(d) for d in dirs] == [os.path.realpath(a), os.path.realpath(b)]
+    # Fewest partitions first: both folders are used.
+    assert where == {0: 0, 1: 1, 2: 0, 3: 1}
+    assert (a / "jbod-0").is_dir() and (b / "jbod-1").is_dir()
+    for d in (a, b):
+        meta = (d / "meta.properties").read_text()
+        assert "cluster.id=" in meta and "directory.id=" in meta
+
+    # Move partition 0 to the second folder, then write more to it.
+    assert alter(s, tmp_path / "nowhere", "jbod", [0], version=1) == [LOG_DIR_NOT_FOUND]
+    assert alter(s, b, "jbod", [0]) == [0]
+    assert folders(s, "jbod")[1] == {0: 1, 1: 1, 2: 0, 3: 1}
+    assert not (a / "jbod-0").exists() and (b / "jbod-0").is_dir()
+    produce(s, "jbod", 5, partition=0)
+
+    s.restart()
+    assert folders(s, "jbod")[1] == {0: 1, 1: 1, 2: 0, 3: 1}
+    want = {0: 25, 1: 20, 2: 20, 3: 20}
+    assert consume_counts(s, "jbod", want) == want
