@@ -441,6 +441,8 @@ impl Broker {
             replicas,
             leader_epoch: 0,
             partition_epoch: 0,
+            removing_replicas: vec![],
+            adding_replicas: vec![],
         }
     }
 

@@ -28,6 +28,21 @@ pub struct PartitionImage {
     pub leader: i32,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// Replicas an ongoing reassignment removes once it completes
+    /// (Kafka's `PartitionRegistration.removingReplicas`); empty when no
+    /// reassignment is in progress.
+    pub removing_replicas: Vec<i32>,
+    /// Replicas an ongoing reassignment adds (they are in `replicas`
+    /// already and join the ISR as they catch up).
+    pub adding_replicas: Vec<i32>,
+}
+
+impl PartitionImage {
+    /// Whether a reassignment is in progress (Kafka's
+    /// `isReassignmentInProgress`).
+    pub fn is_reassigning(&self) -> bool {
+        !self.removing_replicas.is_empty() || !self.adding_replicas.is_empty()
+    }
 }
 
 /// One topic.
@@ -135,6 +150,8 @@ impl MetadataImage {
                 leader,
                 leader_epoch,
                 partition_epoch,
+                removing_replicas,
+                adding_replicas,
             } => {
                 if let Some(t) = self
                     .names
@@ -149,6 +166,8 @@ impl MetadataImage {
                             leader: *leader,
                             leader_epoch: *leader_epoch,
                             partition_epoch: *partition_epoch,
+                            removing_replicas: removing_replicas.clone(),
+                            adding_replicas: adding_replicas.clone(),
                         },
                     );
                 }
@@ -275,6 +294,8 @@ impl MetadataImage {
                         leader: pi.leader,
                         leader_epoch: pi.leader_epoch,
                         partition_epoch: pi.partition_epoch,
+                        removing_replicas: pi.removing_replicas.clone(),
+                        adding_replicas: pi.adding_replicas.clone(),
                     }),
             );
         }
@@ -320,6 +341,8 @@ mod tests {
                 leader: 1,
                 leader_epoch: 0,
                 partition_epoch: 0,
+                removing_replicas: vec![],
+                adding_replicas: vec![],
             });
         }
         img.apply(&MetadataRecord::Config {
@@ -362,6 +385,8 @@ mod tests {
                     leader: 1,
                     leader_epoch: p,
                     partition_epoch: 0,
+                    removing_replicas: vec![],
+                    adding_replicas: vec![],
                 });
             }
             img.apply(&MetadataRecord::Config {
