@@ -374,6 +374,12 @@ impl Broker {
             name: k.clone(),
             value: Some(v.clone()),
         }));
+        // This node holds logs only for the partitions it is a replica of.
+        let here: Vec<i32> = (0..)
+            .zip(&assignment)
+            .filter(|(_, r)| r.contains(&self.node_id))
+            .map(|(p, _)| p)
+            .collect();
         records.extend(
             assignment
                 .into_iter()
@@ -389,7 +395,7 @@ impl Broker {
                 .ok_or_else(|| ApiError::code(ResponseError::UnknownServerError));
         }
         let image = self.metadata.append(&records).map_err(metadata_error)?;
-        for p in 0..partitions {
+        for p in here {
             let tp = TopicPartition::new(name, p);
             self.create_partition_log(&tp, topic_id, log_config.clone())
                 .map_err(internal)?;
@@ -523,6 +529,11 @@ impl Broker {
         if validate_only {
             return Ok(());
         }
+        let here: Vec<i32> = (current..)
+            .zip(&assignment)
+            .filter(|(_, r)| r.contains(&self.node_id))
+            .map(|(p, _)| p)
+            .collect();
         let records: Vec<_> = assignment
             .into_iter()
             .zip(current..)
@@ -530,7 +541,7 @@ impl Broker {
             .collect();
         let config = self.log_config(t).map_err(internal)?;
         self.metadata.append(&records).map_err(metadata_error)?;
-        for p in current..count {
+        for p in here {
             self.create_partition_log(&TopicPartition::new(name, p), t.id, config.clone())
                 .map_err(internal)?;
         }

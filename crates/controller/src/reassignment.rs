@@ -188,6 +188,7 @@ pub fn validate_assignment(
 /// The change reassigning partition `partition_id` of `topic` to `target`
 /// (`None`: cancel the ongoing reassignment). `Ok(None)` when nothing
 /// changes. `registered` says which broker ids exist;
+/// `may_lead` which may lead (see [`may_lead`]);
 /// `unclean_allowed` is the topic's `unclean.leader.election.enable`
 /// (a cancellation that leaves no ISR member needs it).
 pub fn alter(
@@ -196,6 +197,7 @@ pub fn alter(
     partition_id: i32,
     target: Option<&[i32]>,
     registered: impl Fn(i32) -> bool,
+    may_lead: impl Fn(i32) -> bool,
     unclean_allowed: bool,
 ) -> Result<Option<MetadataRecord>, ReassignError> {
     let t = image.topic(topic).ok_or_else(|| {
@@ -206,7 +208,7 @@ pub fn alter(
             "Unable to find partition {topic}:{partition_id}."
         ))
     })?;
-    let lead = |id| may_lead(image, id);
+    let lead = may_lead;
     let next = match target {
         None => {
             if !p.is_reassigning() {
@@ -315,7 +317,15 @@ mod tests {
 
     fn reassign(img: &mut MetadataImage, target: Option<&[i32]>) -> Result<bool, ReassignError> {
         let registered = |id| (1..=4).contains(&id);
-        let r = alter(img, "t", 0, target, registered, false)?;
+        let r = alter(
+            img,
+            "t",
+            0,
+            target,
+            registered,
+            |id| may_lead(img, id),
+            false,
+        )?;
         let changed = r.is_some();
         if let Some(r) = r {
             img.apply(&r);
@@ -401,11 +411,11 @@ mod tests {
         }
         let registered = |id| id == 1;
         assert!(matches!(
-            alter(&img, "nope", 0, Some(&[1]), registered, false),
+            alter(&img, "nope", 0, Some(&[1]), registered, registered, false),
             Err(ReassignError::UnknownTopicOrPartition(_))
         ));
         assert!(matches!(
-            alter(&img, "t", 3, Some(&[1]), registered, false),
+            alter(&img, "t", 3, Some(&[1]), registered, registered, false),
             Err(ReassignError::UnknownTopicOrPartition(_))
         ));
     }

@@ -152,13 +152,21 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
             continue;
         }
         let image = b.image();
-        let parts = followed_from(&image, b.node_id, leader);
+        let mut parts = followed_from(&image, b.node_id, leader);
         if parts.is_empty() {
             tracing::info!(
                 leader,
                 "no partitions left to follow; replica fetcher stops"
             );
             return;
+        }
+        // A replica a reassignment just added gets its log from the
+        // metadata follower; until then it is not fetched.
+        parts.retain(|p| log_of(&b, &p.topic, p.partition).is_ok());
+        if parts.is_empty() {
+            drop(b);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
         }
         let result = async {
             if conn.is_none() {

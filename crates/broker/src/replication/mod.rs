@@ -30,4 +30,6 @@ pub(crate) mod cluster_tests;
 #[cfg(test)]
 mod election_tests;
 #[cfg(test)]
+mod reassign_tests;
+#[cfg(test)]
 mod sim_tests;
