@@ -72,6 +72,8 @@ pub struct Broker {
     /// Transaction coordinators (one shard per `__transaction_state`
     /// partition).
     pub(crate) txns: crate::txn_coordinator::TxnCoordinator,
+    /// Replication throttles (leader and follower side).
+    pub(crate) quotas: crate::replication::throttle::ReplicationQuotas,
 }
 
 impl Broker {
@@ -138,6 +140,10 @@ impl Broker {
         let fetch_sessions = crate::fetch_session::FetchSessionCache::from_settings(&settings);
         let groups = crate::groups::Groups::new(&settings, node_id);
         let txns = crate::txn_coordinator::TxnCoordinator::new(&settings);
+        let quotas = crate::replication::throttle::ReplicationQuotas::new(
+            config.int("replication.quota.window.num").max(1) as u64,
+            config.int("replication.quota.window.size.seconds").max(1) as u64 * 1000,
+        );
         let broker = Arc::new(Self {
             config,
             settings,
@@ -152,6 +158,7 @@ impl Broker {
             groups,
             producer_ids: Default::default(),
             txns,
+            quotas,
         });
         broker.reconcile_logs()?;
         broker.sync_partitions();

@@ -51,6 +51,7 @@ use crate::error::Result;
 use crate::fetch_session::{
     PartitionKey, PartitionOutcome, PartitionRequest, TopicKey, TOPIC_ID_VERSION,
 };
+use crate::replication::throttle::Side;
 
 pub(crate) const VERSIONS: (i16, i16) = (4, 18);
 
@@ -403,6 +404,8 @@ fn read_partition(
             .map(|t| t.name.as_str())
             .ok_or(ResponseError::UnknownTopicId),
     };
+    let mut throttled = false;
+    let mut held_back = false;
     let log = name.and_then(|n| {
         let partition = broker
             .partition(n, p.key.partition)
@@ -429,6 +432,18 @@ fn read_partition(
                     return Err(ResponseError::UnknownLeaderEpoch);
                 }
                 partition.on_follower_fetch(id, p.fetch_offset);
+                // A follower out of the ISR of a partition throttled on
+                // this leader is counted against the leader quota, and
+                // gets nothing while it is exceeded (Kafka's
+                // `shouldLeaderThrottle`).
+                if !part.isr.contains(&id)
+                    && broker.is_throttled_replica(image, Side::Leader, n, p.key.partition)
+                {
+                    throttled = true;
+                    if broker.throttled(image, Side::Leader, n, p.key.partition) {
+                        held_back = true;
+                    }
+                }
                 Ok(log)
             }
             // A consumer's `current_leader_epoch` (v9+, KIP-320) is
@@ -446,6 +461,13 @@ fn read_partition(
     });
     match log {
         Err(e) => pd.error_code = e.code(),
+        Ok(log) if held_back => {
+            pd.high_watermark = log.high_watermark();
+            pd.last_stable_offset = log.last_stable_offset();
+            if opts.version >= 5 {
+                pd.log_start_offset = log.log_start_offset();
+            }
+        }
         Ok(log) => {
             let max = i64::from(p.max_bytes.max(0)).min(budget);
             match log.read(p.fetch_offset, max as u64, opts.limit, first) {
@@ -490,6 +512,14 @@ fn read_partition(
                     }
                 }
             }
+        }
+    }
+    if throttled {
+        let bytes = region.as_ref().map_or(0, |r| r.length) + copy.as_ref().map_or(0, |r| r.length);
+        if bytes > 0 {
+            broker
+                .quota(Side::Leader)
+                .record(bytes, crate::partition::now_ms());
         }
     }
     let outcome = PartitionOutcome {

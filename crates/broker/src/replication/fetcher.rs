@@ -35,6 +35,7 @@ use sluice_storage::{Log, TopicPartition};
 use tokio::sync::watch;
 
 use super::follower;
+use super::throttle::Side;
 use crate::broker::Broker;
 use crate::inter_broker::Conn;
 
@@ -94,6 +95,9 @@ struct Followed {
     topic: String,
     partition: i32,
     leader_epoch: i32,
+    /// This node is not in the partition's ISR (replication throttles
+    /// apply only then).
+    out_of_isr: bool,
 }
 
 fn followed_from(image: &MetadataImage, node_id: i32, leader: i32) -> Vec<Followed> {
@@ -105,6 +109,7 @@ fn followed_from(image: &MetadataImage, node_id: i32, leader: i32) -> Vec<Follow
                     topic: t.name.clone(),
                     partition: p,
                     leader_epoch: state.leader_epoch,
+                    out_of_isr: !state.isr.contains(&node_id),
                 });
             }
         }
@@ -184,9 +189,14 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
                     truncated.insert((p.topic.clone(), p.partition), p.leader_epoch);
                 }
             }
+            // Out of the ISR and throttled on this follower while its
+            // quota is exceeded: left out (Kafka's `shouldFollowerThrottle`).
             let ready: Vec<&Followed> = parts
                 .iter()
                 .filter(|p| truncated.get(&(p.topic.clone(), p.partition)) == Some(&p.leader_epoch))
+                .filter(|p| {
+                    !(p.out_of_isr && b.throttled(&image, Side::Follower, &p.topic, p.partition))
+                })
                 .collect();
             if ready.is_empty() {
                 return Ok(false);
@@ -371,6 +381,17 @@ fn apply(b: &Broker, resp: FetchResponse) -> Vec<(String, i32)> {
                 }
             }
             if let Some(records) = pd.records.as_ref().filter(|r| !r.is_empty()) {
+                let image = b.image();
+                let out_of_isr = image
+                    .topic(&topic)
+                    .and_then(|t| t.partitions.get(&pd.partition_index))
+                    .is_some_and(|s| !s.isr.contains(&b.node_id));
+                if out_of_isr
+                    && b.is_throttled_replica(&image, Side::Follower, &topic, pd.partition_index)
+                {
+                    b.quota(Side::Follower)
+                        .record(records.len() as u64, crate::partition::now_ms());
+                }
                 let whole = whole_batches(records);
                 if !whole.is_empty() {
                     if let Err(e) = log.append_as_follower(whole) {

@@ -248,3 +248,178 @@ async fn a_partition_moves_to_another_broker_with_its_data() {
         n.stop().await;
     }
 }
+
+/// IncrementalAlterConfigs v1 on `b`: SET `key` to `value`, or DELETE it
+/// (None); the resource's error code.
+async fn set_config(
+    b: &Arc<Broker>,
+    resource_type: i8,
+    name: &str,
+    key: &str,
+    value: Option<&str>,
+) -> i16 {
+    use proto_kafka::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use proto_kafka::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
+    let mut c = AlterableConfig::default();
+    c.name = StrBytes::from_string(key.to_string());
+    c.config_operation = if value.is_some() { 0 } else { 1 };
+    c.value = value.map(|v| StrBytes::from_string(v.to_string()));
+    let mut r = AlterConfigsResource::default();
+    r.resource_type = resource_type;
+    r.resource_name = StrBytes::from_string(name.to_string());
+    r.configs = vec![c];
+    let mut req = IncrementalAlterConfigsRequest::default();
+    req.resources = vec![r];
+    let resp: IncrementalAlterConfigsResponse = call(b, ApiKey::IncrementalAlterConfigs, 1, &req)
+        .await
+        .expect("response");
+    resp.responses[0].error_code
+}
+
+/// DescribeConfigs v1 of broker `b` itself: (value, source) of `key`.
+async fn describe_broker(b: &Arc<Broker>, key: &str) -> (Option<String>, i8) {
+    use proto_kafka::messages::describe_configs_request::DescribeConfigsResource;
+    use proto_kafka::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
+    let mut r = DescribeConfigsResource::default();
+    r.resource_type = 4;
+    r.resource_name = StrBytes::from_string(b.node_id.to_string());
+    r.configuration_keys = Some(vec![StrBytes::from_string(key.to_string())]);
+    let mut req = DescribeConfigsRequest::default();
+    req.resources = vec![r];
+    let resp: DescribeConfigsResponse = call(b, ApiKey::DescribeConfigs, 1, &req)
+        .await
+        .expect("response");
+    let c = &resp.results[0].configs[0];
+    (c.value.as_ref().map(|v| v.to_string()), c.config_source)
+}
+
+fn log_end(b: &Broker) -> i64 {
+    b.logs
+        .get(&TopicPartition::new("r", 0))
+        .map_or(-1, |l| l.log_end_offset())
+}
+
+/// The follower-side and then the leader-side throttle hold a moving
+/// replica back (by bytes: with 1 byte/s it stays behind the leader and
+/// the reassignment does not complete), and it catches up and completes
+/// once the throttle is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replication_throttles_hold_a_moving_replica_back() {
+    let _cluster = one_cluster_at_a_time().await;
+    let (nodes, _dirs) =
+        crate::test_quorum::cluster_with(1500, &[("replica.fetch.max.bytes", "1024")]).await;
+    let b = node;
+    let creator = b(&nodes, 1);
+    let topic = tokio::task::spawn_blocking(move || creator.create_topic("r", 1, 1, &[], false))
+        .await
+        .expect("task")
+        .expect("topic");
+    let from = topic.partitions[&0].leader;
+    let to = from % 3 + 1;
+    let leader = b(&nodes, from);
+    eventually("the leader leads", || leader.partition("r", 0).is_some()).await;
+    let mut end = 0;
+    for i in 0..100 {
+        end = produce(&leader, &format!("value-{i:04}"))
+            .await
+            .expect("acks=all");
+    }
+    let dest = b(&nodes, to);
+    let follower_rate = "follower.replication.throttled.rate";
+    let leader_rate = "leader.replication.throttled.rate";
+    let invalid = ResponseError::InvalidConfig.code();
+    assert_eq!(
+        set_config(&dest, 4, &to.to_string(), follower_rate, Some("-1")).await,
+        invalid
+    );
+    assert_eq!(
+        set_config(&dest, 4, &to.to_string(), follower_rate, Some("x")).await,
+        invalid
+    );
+    assert_eq!(
+        set_config(&dest, 4, "", "log.retention.ms", Some("1")).await,
+        ResponseError::InvalidRequest.code(),
+        "other broker keys stay read-only"
+    );
+    assert_eq!(
+        describe_broker(&dest, follower_rate).await,
+        (Some(i64::MAX.to_string()), 5)
+    );
+
+    // Follower side: node `to` throttles its fetches of r-0.
+    assert_eq!(
+        set_config(
+            &dest,
+            2,
+            "r",
+            "follower.replication.throttled.replicas",
+            Some(&format!("0:{to}"))
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        set_config(&dest, 4, &to.to_string(), follower_rate, Some("1")).await,
+        0
+    );
+    assert_eq!(
+        describe_broker(&dest, follower_rate).await,
+        (Some("1".into()), 2)
+    );
+    assert_eq!(alter(&dest, "r", &[(0, Some(&[to]))]).await, vec![(0, 0)]);
+    eventually("the new replica starts fetching", || log_end(&dest) > 0).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let held = log_end(&dest);
+    assert!(held < end, "throttled at 1 byte/s: {held} of {end}");
+    assert!(state_in(&dest).is_reassigning());
+    assert_eq!(
+        set_config(&dest, 4, &to.to_string(), follower_rate, None).await,
+        0
+    );
+    eventually("the reassignment completes once unthrottled", || {
+        let s = state_in(&dest);
+        s.replicas == vec![to] && s.leader == to
+    })
+    .await;
+    assert_eq!(log_end(&dest), end);
+
+    // Leader side: the new leader `to`, cluster-wide rate, moves it back.
+    assert_eq!(
+        set_config(
+            &dest,
+            2,
+            "r",
+            "leader.replication.throttled.replicas",
+            Some("*")
+        )
+        .await,
+        0
+    );
+    assert_eq!(set_config(&dest, 4, "", leader_rate, Some("1")).await, 0);
+    assert_eq!(
+        describe_broker(&dest, leader_rate).await,
+        (Some("1".into()), 3)
+    );
+    eventually("the old replica's log is gone", || log_end(&leader) < 0).await;
+    assert_eq!(alter(&dest, "r", &[(0, Some(&[from]))]).await, vec![(0, 0)]);
+    eventually("the returning replica starts fetching", || {
+        log_end(&leader) > 0
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let held = log_end(&leader);
+    assert!(held < end, "throttled at 1 byte/s: {held} of {end}");
+    assert!(state_in(&leader).is_reassigning());
+    assert_eq!(set_config(&dest, 4, "", leader_rate, None).await, 0);
+    eventually("the reassignment completes once unthrottled", || {
+        let s = state_in(&leader);
+        s.replicas == vec![from] && s.leader == from
+    })
+    .await;
+    assert_eq!(log_end(&leader), end);
+    for n in nodes.into_iter().flatten() {
+        n.stop().await;
+    }
+}
