@@ -77,7 +77,12 @@ async fn run_async(args: &PartitionArgs) -> anyhow::Result<()> {
         } => {
             let moves: Vec<_> = partitions
                 .iter()
-                .map(|&p| (TopicPartition::new(topic.as_str(), p), Some(replicas.clone())))
+                .map(|&p| {
+                    (
+                        TopicPartition::new(topic.as_str(), p),
+                        Some(replicas.clone()),
+                    )
+                })
                 .collect();
             let done = admin.alter_partition_reassignments(&moves).await?;
             report(&done, |tp| {
@@ -96,7 +101,10 @@ async fn run_async(args: &PartitionArgs) -> anyhow::Result<()> {
                 .collect();
             let done = admin.alter_partition_reassignments(&moves).await?;
             report(&done, |tp| {
-                format!("Topic: {}\tPartition: {}\tCancelled", tp.topic, tp.partition)
+                format!(
+                    "Topic: {}\tPartition: {}\tCancelled",
+                    tp.topic, tp.partition
+                )
             })?;
         }
         PartitionCommand::Reassignments { topic } => {

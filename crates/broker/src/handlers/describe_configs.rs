@@ -726,9 +726,20 @@ mod tests {
                     .as_deref(),
                 Some("true")
             );
-            // The broker: every public key, read-only, secrets hidden.
+            // The broker: every public key, read-only, secrets hidden,
+            // and the dynamic replication throttles (not set: Kafka's
+            // default, alterable).
             assert_eq!(node.error_code, 0);
-            assert_eq!(node.configs.len(), BrokerConfig::describe().len());
+            assert_eq!(
+                node.configs.len(),
+                BrokerConfig::describe().len()
+                    + crate::replication::throttle::DYNAMIC_BROKER_KEYS.len()
+            );
+            let c = find(node, "leader.replication.throttled.rate");
+            assert_eq!(
+                (c.value.as_deref(), c.config_source, c.read_only),
+                (Some("9223372036854775807"), SOURCE_DEFAULT, false)
+            );
             let pw = find(node, "ssl.keystore.password");
             assert!(pw.is_sensitive && pw.value.is_none());
             assert_eq!(pw.config_source, SOURCE_STATIC_BROKER);
@@ -741,7 +752,8 @@ mod tests {
                 (c.value.as_deref(), c.config_source),
                 (Some("2"), SOURCE_DEFAULT)
             );
-            assert!(node.configs.iter().all(|c| c.read_only));
+            assert!(node.configs.iter().all(|c| c.read_only
+                || crate::replication::throttle::is_dynamic_broker_key(c.name.as_str())));
             let hours = find(node, "log.retention.hours");
             assert_eq!(
                 synonyms_of(hours),
