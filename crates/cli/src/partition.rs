@@ -129,7 +129,7 @@ fn report(
     for (tp, r) in done {
         match r {
             Ok(()) => println!("{}", line(tp)),
-            Err(e) => failed.push(format!("{}-{}: {e}", tp.topic, tp.partition)),
+            Err(e) => failed.push(e.to_string()),
         }
     }
     if !failed.is_empty() {
