@@ -56,7 +56,7 @@ pub(crate) fn handle(
         )));
         return resp;
     }
-    let wanted: Vec<(String, Vec<(i32, Option<Vec<i32>>)>)> = req
+    let wanted: Vec<Wanted> = req
         .topics
         .into_iter()
         .map(|t| {
@@ -139,6 +139,10 @@ pub(crate) fn handle(
     resp
 }
 
+/// One topic of the request: its partitions and their target replicas
+/// (`None`: cancel).
+type Wanted = (String, Vec<(i32, Option<Vec<i32>>)>);
+
 type Outcomes = Vec<(String, Vec<(i32, Result<(), ReassignError>)>)>;
 
 /// Decides every partition's change on the current image (each one seeing
@@ -146,7 +150,7 @@ type Outcomes = Vec<(String, Vec<(i32, Result<(), ReassignError>)>)>;
 /// lock so no change of this node slips in between.
 fn decide_and_commit(
     broker: &Arc<Broker>,
-    wanted: &[(String, Vec<(i32, Option<Vec<i32>>)>)],
+    wanted: &[Wanted],
 ) -> (Outcomes, Vec<MetadataRecord>, Result<(), ControllerError>) {
     let _guard = broker.metadata.lock_for_change();
     let mut image = (*broker.image()).clone();
