@@ -199,7 +199,10 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
                 })
                 .collect();
             if ready.is_empty() {
-                return Ok(false);
+                // Nothing to fetch now (truncation pending, or every
+                // partition held back by the follower throttle): back off
+                // briefly rather than spin.
+                return Ok(true);
             }
             let resp = fetch(&b, c, &ready).await?;
             let b2 = Arc::clone(&b);
