@@ -90,9 +90,11 @@ impl Broker {
                         .collect();
                     let mut target = reassignment::Target::of(&state);
                     target.isr = isr.clone();
+                    // This leader proposes the change: it stays leader while
+                    // it is in the ISR (as before reassignments); only a
+                    // completed reassignment that removes it elects another.
                     let Some(next) = reassignment::build(&state, target, |id| {
-                        reassignment::may_lead(&image, id)
-                            || (id == self.node_id && image.broker(id).is_none())
+                        id == self.node_id || reassignment::may_lead(&image, id)
                     }) else {
                         return p.isr_change_refused();
                     };
