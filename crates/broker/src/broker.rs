@@ -78,6 +78,8 @@ pub struct Broker {
     /// may be fenced out of (Kafka starts its fetchers only after the
     /// broker registered).
     pub(crate) registered: std::sync::atomic::AtomicBool,
+    /// Replication throttles (leader and follower side).
+    pub(crate) quotas: crate::replication::throttle::ReplicationQuotas,
 }
 
 impl Broker {
@@ -148,6 +150,10 @@ impl Broker {
         let fetch_sessions = crate::fetch_session::FetchSessionCache::from_settings(&settings);
         let groups = crate::groups::Groups::new(&settings, node_id);
         let txns = crate::txn_coordinator::TxnCoordinator::new(&settings);
+        let quotas = crate::replication::throttle::ReplicationQuotas::new(
+            config.int("replication.quota.window.num").max(1) as u64,
+            config.int("replication.quota.window.size.seconds").max(1) as u64 * 1000,
+        );
         let broker = Arc::new(Self {
             config,
             settings,
@@ -163,6 +169,7 @@ impl Broker {
             producer_ids: Default::default(),
             txns,
             registered: std::sync::atomic::AtomicBool::new(false),
+            quotas,
         });
         broker.reconcile_logs()?;
         broker.sync_partitions();
@@ -416,6 +423,12 @@ impl Broker {
             name: k.clone(),
             value: Some(v.clone()),
         }));
+        // This node holds logs only for the partitions it is a replica of.
+        let here: Vec<i32> = (0..)
+            .zip(&assignment)
+            .filter(|(_, r)| r.contains(&self.node_id))
+            .map(|(p, _)| p)
+            .collect();
         records.extend(
             assignment
                 .into_iter()
@@ -431,7 +444,7 @@ impl Broker {
                 .ok_or_else(|| ApiError::code(ResponseError::UnknownServerError));
         }
         let image = self.metadata.append(&records).map_err(metadata_error)?;
-        for p in 0..partitions {
+        for p in here {
             let tp = TopicPartition::new(name, p);
             self.create_partition_log(&tp, topic_id, log_config.clone())
                 .map_err(internal)?;
@@ -483,6 +496,8 @@ impl Broker {
             replicas,
             leader_epoch: 0,
             partition_epoch: 0,
+            removing_replicas: vec![],
+            adding_replicas: vec![],
         }
     }
 
@@ -563,6 +578,11 @@ impl Broker {
         if validate_only {
             return Ok(());
         }
+        let here: Vec<i32> = (current..)
+            .zip(&assignment)
+            .filter(|(_, r)| r.contains(&self.node_id))
+            .map(|(p, _)| p)
+            .collect();
         let records: Vec<_> = assignment
             .into_iter()
             .zip(current..)
@@ -570,7 +590,7 @@ impl Broker {
             .collect();
         let config = self.log_config(t).map_err(internal)?;
         self.metadata.append(&records).map_err(metadata_error)?;
-        for p in current..count {
+        for p in here {
             self.create_partition_log(&TopicPartition::new(name, p), t.id, config.clone())
                 .map_err(internal)?;
         }

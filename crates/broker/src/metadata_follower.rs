@@ -2,8 +2,10 @@
 //! committed metadata log, whichever node made a change: this task brings
 //! the data folder along (Kafka's `BrokerMetadataPublisher`). For each
 //! new image: logs of removed topics are deleted, partitions that appeared
-//! get their log, changed topic configs reach the logs, and the partitions
-//! this node leads are synced. The node that made a change has already
+//! get their log on the nodes that are their replicas (and only there; a
+//! node a reassignment adds creates it then), a node a committed
+//! reassignment removed deletes its log, changed topic configs reach the
+//! logs, and the partitions this node leads are synced. The node that made a change has already
 //! done the same under the change lock; redoing it is harmless.
 
 use std::sync::{Arc, Weak};
@@ -116,7 +118,8 @@ impl Broker {
             }
         }
         // The partition layer must let go of removed partitions before
-        // new ones of the same name are created.
+        // new ones of the same name are created, and of partitions this
+        // node no longer leads before their logs go.
         self.sync_partitions();
         for t in next.topics() {
             let before = prev.topic_by_id(&t.id);
@@ -127,8 +130,27 @@ impl Broker {
                     continue;
                 }
             };
-            for &p in t.partitions.keys() {
+            for (&p, state) in &t.partitions {
                 let tp = TopicPartition::new(&t.name, p);
+                let was_replica = before
+                    .and_then(|b| b.partitions.get(&p))
+                    .is_some_and(|s| s.replicas.contains(&self.node_id));
+                if !state.replicas.contains(&self.node_id) {
+                    // Only the committed change that takes this node out
+                    // of the replicas (a completed or cancelled
+                    // reassignment) deletes its log.
+                    if was_replica && self.logs.get(&tp).is_some() {
+                        match self.logs.delete(&tp) {
+                            Ok(_) => {
+                                tracing::info!(partition = %tp, replicas = ?state.replicas, "deleted the log of a partition this node is no longer a replica of")
+                            }
+                            Err(e) => {
+                                tracing::error!(partition = %tp, error = %e, "cannot delete the log of a removed replica")
+                            }
+                        }
+                    }
+                    continue;
+                }
                 let new = before.is_none_or(|b| !b.partitions.contains_key(&p));
                 if new || self.logs.get(&tp).is_none() {
                     if let Err(e) = self.create_partition_log(&tp, t.id, config.clone()) {

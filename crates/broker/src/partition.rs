@@ -186,6 +186,7 @@ impl Partition {
             if r.leader_epoch() != state.leader_epoch {
                 *r = Self::leader_state(&self.log, state, self.node_id, self.lag_time_max_ms);
             } else if r.partition_epoch() != state.partition_epoch {
+                r.set_replicas(&state.replicas);
                 let isr = state.isr.iter().copied().collect();
                 r.on_isr_committed(
                     Some((isr, state.partition_epoch)),

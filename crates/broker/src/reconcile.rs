@@ -5,8 +5,10 @@
 //! is deleted only when the metadata log replayed at start records the
 //! removal of its topic (matched by the topic id in `partition.metadata`,
 //! or by name for folders written before that file existed). A folder the
-//! metadata does not know is renamed aside (`<topic>-<partition>.<id>-stray`,
-//! Kafka's stray logs) and kept.
+//! metadata does not know, or of a partition this node is not a replica
+//! of, is renamed aside (`<topic>-<partition>.<id>-stray`, Kafka's stray
+//! logs) and kept. Logs are created only for the partitions this node is a
+//! replica of.
 
 use std::sync::Arc;
 
@@ -60,6 +62,16 @@ impl Broker {
                     "it belongs to topic id {id}, but the metadata's topic {} has id {}",
                     t.name, t.id
                 )),
+                (Some(t), _)
+                    if !t.partitions[&tp.partition]
+                        .replicas
+                        .contains(&self.node_id) =>
+                {
+                    Folder::Stray(format!(
+                        "this node is not a replica of the partition (replicas {:?})",
+                        t.partitions[&tp.partition].replicas
+                    ))
+                }
                 (Some(_), _) => Folder::Keep,
                 (None, Some(id)) if removed(&id) => Folder::Delete(format!(
                     "the metadata log records the deletion of its topic (id {id})"
@@ -93,7 +105,10 @@ impl Broker {
         }
         for t in image.topics() {
             let config = self.log_config(t)?;
-            for &p in t.partitions.keys() {
+            for (&p, state) in &t.partitions {
+                if !state.replicas.contains(&self.node_id) {
+                    continue;
+                }
                 let tp = TopicPartition::new(t.name.clone(), p);
                 let log = match self.logs.get(&tp) {
                     Some(log) => {

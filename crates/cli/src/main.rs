@@ -20,6 +20,7 @@ mod cluster;
 mod consume;
 mod dump_log;
 mod group;
+mod partition;
 mod perf;
 mod produce;
 mod topic;
@@ -55,6 +56,9 @@ enum Command {
     /// Describe the brokers and the metadata quorum, like kafka-cluster.sh
     /// and kafka-metadata-quorum.sh describe.
     Cluster(cluster::ClusterArgs),
+    /// Reassign partitions to other brokers, cancel or list reassignments,
+    /// like kafka-reassign-partitions.sh.
+    Partition(partition::PartitionArgs),
     /// Send each line of stdin as a record, like kafka-console-producer.sh.
     Produce(produce::ProduceArgs),
     /// Print records of a topic, like kafka-console-consumer.sh.
@@ -142,6 +146,7 @@ fn main() -> std::process::ExitCode {
         Command::DumpLog(args) => dump_log::run(&args),
         Command::Topic(args) => topic::run(&args),
         Command::Cluster(args) => cluster::run(&args),
+        Command::Partition(args) => partition::run(&args),
         Command::Produce(args) => produce::run(&args),
         Command::Consume(args) => consume::run(&args),
         Command::Group(args) => group::run(&args),

@@ -77,6 +77,8 @@ pub fn on_broker_session(image: &MetadataImage, broker: i32, fenced: bool) -> Ve
                 leader,
                 leader_epoch,
                 partition_epoch: p.partition_epoch + 1,
+                removing_replicas: p.removing_replicas.clone(),
+                adding_replicas: p.adding_replicas.clone(),
             });
         }
     }
@@ -139,6 +141,8 @@ pub fn elect(
         leader,
         leader_epoch: p.leader_epoch + 1,
         partition_epoch: p.partition_epoch + 1,
+        removing_replicas: p.removing_replicas.clone(),
+        adding_replicas: p.adding_replicas.clone(),
     };
     let preferred = p.replicas.first().copied().unwrap_or(-1);
     Some(match kind {
@@ -236,6 +240,8 @@ mod tests {
                 leader: *leader,
                 leader_epoch: 3,
                 partition_epoch: 5,
+                removing_replicas: vec![],
+                adding_replicas: vec![],
             });
         }
         img

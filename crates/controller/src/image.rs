@@ -28,6 +28,21 @@ pub struct PartitionImage {
     pub leader: i32,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// Replicas an ongoing reassignment removes once it completes
+    /// (Kafka's `PartitionRegistration.removingReplicas`); empty when no
+    /// reassignment is in progress.
+    pub removing_replicas: Vec<i32>,
+    /// Replicas an ongoing reassignment adds (they are in `replicas`
+    /// already and join the ISR as they catch up).
+    pub adding_replicas: Vec<i32>,
+}
+
+impl PartitionImage {
+    /// Whether a reassignment is in progress (Kafka's
+    /// `isReassignmentInProgress`).
+    pub fn is_reassigning(&self) -> bool {
+        !self.removing_replicas.is_empty() || !self.adding_replicas.is_empty()
+    }
 }
 
 /// One topic.
@@ -47,6 +62,8 @@ pub struct MetadataImage {
     topics: BTreeMap<String, TopicImage>,
     names: HashMap<Uuid, String>,
     broker_configs: BTreeMap<String, String>,
+    /// Dynamic configs of one broker (ConfigRecords naming its id), by id.
+    per_broker_configs: BTreeMap<String, BTreeMap<String, String>>,
     /// Registered brokers by id.
     brokers: BTreeMap<i32, BrokerRegistration>,
     /// The first producer id of the next block (Kafka's
@@ -60,6 +77,7 @@ impl Default for MetadataImage {
             topics: BTreeMap::new(),
             names: HashMap::new(),
             broker_configs: BTreeMap::new(),
+            per_broker_configs: BTreeMap::new(),
             brokers: BTreeMap::new(),
             next_producer_id: -1,
         }
@@ -135,6 +153,8 @@ impl MetadataImage {
                 leader,
                 leader_epoch,
                 partition_epoch,
+                removing_replicas,
+                adding_replicas,
             } => {
                 if let Some(t) = self
                     .names
@@ -149,6 +169,8 @@ impl MetadataImage {
                             leader: *leader,
                             leader_epoch: *leader_epoch,
                             partition_epoch: *partition_epoch,
+                            removing_replicas: removing_replicas.clone(),
+                            adding_replicas: adding_replicas.clone(),
                         },
                     );
                 }
@@ -161,7 +183,12 @@ impl MetadataImage {
             } => {
                 let target = match *resource_type {
                     RESOURCE_TOPIC => self.topics.get_mut(resource_name).map(|t| &mut t.configs),
-                    RESOURCE_BROKER => Some(&mut self.broker_configs),
+                    RESOURCE_BROKER if resource_name.is_empty() => Some(&mut self.broker_configs),
+                    RESOURCE_BROKER => Some(
+                        self.per_broker_configs
+                            .entry(resource_name.clone())
+                            .or_default(),
+                    ),
                     _ => None,
                 };
                 if let Some(configs) = target {
@@ -224,8 +251,14 @@ impl MetadataImage {
         self.brokers.get(&id)
     }
 
+    /// The cluster-wide dynamic broker configs (resource name "").
     pub fn broker_configs(&self) -> &BTreeMap<String, String> {
         &self.broker_configs
+    }
+
+    /// The dynamic configs set for broker `id` alone (resource name = id).
+    pub fn broker_configs_of(&self, id: i32) -> Option<&BTreeMap<String, String>> {
+        self.per_broker_configs.get(&id.to_string())
     }
 
     /// The records that rebuild this image from nothing (what a snapshot
@@ -275,6 +308,8 @@ impl MetadataImage {
                         leader: pi.leader,
                         leader_epoch: pi.leader_epoch,
                         partition_epoch: pi.partition_epoch,
+                        removing_replicas: pi.removing_replicas.clone(),
+                        adding_replicas: pi.adding_replicas.clone(),
                     }),
             );
         }
@@ -288,6 +323,14 @@ impl MetadataImage {
                     value: Some(v.clone()),
                 }),
         );
+        for (id, configs) in &self.per_broker_configs {
+            out.extend(configs.iter().map(|(k, v)| MetadataRecord::Config {
+                resource_type: RESOURCE_BROKER,
+                resource_name: id.clone(),
+                name: k.clone(),
+                value: Some(v.clone()),
+            }));
+        }
         if self.next_producer_id >= 0 {
             out.push(MetadataRecord::ProducerIds {
                 broker_id: -1,
@@ -320,6 +363,8 @@ mod tests {
                 leader: 1,
                 leader_epoch: 0,
                 partition_epoch: 0,
+                removing_replicas: vec![],
+                adding_replicas: vec![],
             });
         }
         img.apply(&MetadataRecord::Config {
@@ -362,6 +407,8 @@ mod tests {
                     leader: 1,
                     leader_epoch: p,
                     partition_epoch: 0,
+                    removing_replicas: vec![],
+                    adding_replicas: vec![],
                 });
             }
             img.apply(&MetadataRecord::Config {
@@ -418,6 +465,20 @@ mod tests {
             name: "log.retention.ms".into(),
             value: Some("5".into()),
         });
+        img.apply(&MetadataRecord::Config {
+            resource_type: RESOURCE_BROKER,
+            resource_name: "2".into(),
+            name: "leader.replication.throttled.rate".into(),
+            value: Some("100".into()),
+        });
+        assert_eq!(
+            img.broker_configs_of(2)
+                .map(|c| c["leader.replication.throttled.rate"].as_str()),
+            Some("100")
+        );
+        assert!(!img
+            .broker_configs()
+            .contains_key("leader.replication.throttled.rate"));
         img.apply(&MetadataRecord::ProducerIds {
             broker_id: 1,
             broker_epoch: -1,

@@ -15,6 +15,8 @@
 //!   by Raft (openraft) between controllers.
 //! - [`election`]: partition leaders and ISRs when a broker is fenced or
 //!   unfenced.
+//! - [`reassignment`]: partition reassignments (the target replicas, their
+//!   completion once in sync, cancellation).
 //! - [`producer_ids`]: blocks of producer ids, allocated through the
 //!   metadata log ([`MetadataStore::allocate_producer_ids`]).
 
@@ -23,6 +25,7 @@ pub mod error;
 pub mod image;
 pub mod producer_ids;
 pub mod quorum;
+pub mod reassignment;
 pub mod records;
 pub mod snapshot;
 pub mod store;

@@ -69,6 +69,10 @@ pub enum MetadataRecord {
         leader: i32,
         leader_epoch: i32,
         partition_epoch: i32,
+        /// Replicas an ongoing reassignment removes (empty: none).
+        removing_replicas: Vec<i32>,
+        /// Replicas an ongoing reassignment adds (empty: none).
+        adding_replicas: Vec<i32>,
     },
     Config {
         resource_type: i8,
@@ -176,13 +180,15 @@ impl MetadataRecord {
                 leader,
                 leader_epoch,
                 partition_epoch,
+                removing_replicas,
+                adding_replicas,
             } => {
                 w.extend_from_slice(&partition_id.to_be_bytes());
                 w.extend_from_slice(topic_id.as_bytes());
                 put_i32_array(&mut w, Some(replicas));
                 put_i32_array(&mut w, Some(isr));
-                put_i32_array(&mut w, None);
-                put_i32_array(&mut w, None);
+                put_i32_array(&mut w, Some(removing_replicas));
+                put_i32_array(&mut w, Some(adding_replicas));
                 w.extend_from_slice(&leader.to_be_bytes());
                 w.extend_from_slice(&leader_epoch.to_be_bytes());
                 w.extend_from_slice(&partition_epoch.to_be_bytes());
@@ -300,8 +306,8 @@ impl MetadataRecord {
                 let topic_id = r.uuid()?;
                 let replicas = r.i32_array()?.unwrap_or_default();
                 let isr = r.i32_array()?.unwrap_or_default();
-                let _removing = r.i32_array()?;
-                let _adding = r.i32_array()?;
+                let removing_replicas = r.i32_array()?.unwrap_or_default();
+                let adding_replicas = r.i32_array()?.unwrap_or_default();
                 Self::Partition {
                     partition_id,
                     topic_id,
@@ -310,6 +316,8 @@ impl MetadataRecord {
                     leader: r.i32()?,
                     leader_epoch: r.i32()?,
                     partition_epoch: r.i32()?,
+                    removing_replicas,
+                    adding_replicas,
                 }
             }
             4 => Self::Config {
@@ -532,6 +540,20 @@ mod tests {
                 leader: 1,
                 leader_epoch: 0,
                 partition_epoch: 0,
+                removing_replicas: vec![],
+                adding_replicas: vec![],
+            },
+            // A reassignment in progress from 1, 2 to 2, 3.
+            MetadataRecord::Partition {
+                partition_id: 4,
+                topic_id: id,
+                replicas: vec![2, 3, 1],
+                isr: vec![1, 2],
+                leader: 1,
+                leader_epoch: 2,
+                partition_epoch: 7,
+                removing_replicas: vec![1],
+                adding_replicas: vec![3],
             },
             MetadataRecord::Config {
                 resource_type: RESOURCE_TOPIC,

@@ -455,6 +455,8 @@ mod tests {
                     leader: 1,
                     leader_epoch: 0,
                     partition_epoch: 0,
+                    removing_replicas: vec![],
+                    adding_replicas: vec![],
                 });
             }
         }

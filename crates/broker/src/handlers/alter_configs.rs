@@ -59,7 +59,12 @@ pub(crate) fn handle(
             }
             RESOURCE_BROKER => {
                 check_broker_name(broker, name)?;
-                refuse_broker_changes(configs.iter().map(|(k, _)| *k))
+                // The whole set of the resource's dynamic configs.
+                let next: std::collections::BTreeMap<String, String> = configs
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.to_string(), (*v)?.to_string())))
+                    .collect();
+                broker.edit_broker_configs(name, req.validate_only, |_| Ok(next))
             }
             other => Err(unknown_resource_type(other)),
         });
@@ -144,23 +149,6 @@ pub(crate) fn check_nulls<'a>(keys: impl Iterator<Item = &'a str>) -> Result<(),
     Err(ApiError::new(
         ResponseError::InvalidRequest,
         format!("Null value not supported for : {}", nulls.join(", ")),
-    ))
-}
-
-/// Every broker key is read-only here (no dynamic broker configs).
-pub(crate) fn refuse_broker_changes<'a>(
-    keys: impl Iterator<Item = &'a str>,
-) -> Result<(), ApiError> {
-    let keys: Vec<&str> = keys.collect();
-    if keys.is_empty() {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        ResponseError::InvalidRequest,
-        format!(
-            "Dynamic broker configs are not supported: cannot update {} without a restart (set them in server.properties)",
-            keys.join(", ")
-        ),
     ))
 }
 

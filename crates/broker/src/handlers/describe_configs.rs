@@ -9,8 +9,11 @@
 //! - synonyms list every level that sets the value, most specific first,
 //!   as Kafka's `ConfigHelper` does (so `retention.ms` only follows
 //!   `log.retention.ms`, not `log.retention.hours`, exactly like Kafka);
-//! - broker keys are all read-only (Sluice has no dynamic broker configs);
-//!   the cluster-default broker resource (empty name) has no configs.
+//! - broker keys are read-only except the dynamic replication throttles
+//!   (`leader.replication.throttled.rate`,
+//!   `follower.replication.throttled.rate`), set for this broker
+//!   (DYNAMIC_BROKER_CONFIG) or cluster-wide (DYNAMIC_DEFAULT_BROKER_CONFIG,
+//!   the resource with the empty name, which lists only those set).
 //!
 //! Config types (v3+) use Kafka's types for the same keys; documentation
 //! (v3+) is sent when asked for.
@@ -37,6 +40,8 @@ pub(crate) const VERSIONS: (i16, i16) = (1, 4);
 
 /// `DescribeConfigsResponse.ConfigSource`.
 pub(crate) const SOURCE_TOPIC: i8 = 1;
+pub(crate) const SOURCE_DYNAMIC_BROKER: i8 = 2;
+pub(crate) const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 pub(crate) const SOURCE_STATIC_BROKER: i8 = 4;
 pub(crate) const SOURCE_DEFAULT: i8 = 5;
 
@@ -228,6 +233,57 @@ pub(crate) fn broker_entries(config: &BrokerConfig) -> Vec<ConfigEntry> {
         .collect()
 }
 
+/// The dynamic broker keys (the replication throttles): for this broker
+/// its own value (DYNAMIC_BROKER_CONFIG), else the cluster-wide one
+/// (DYNAMIC_DEFAULT_BROKER_CONFIG), else Kafka's default `Long.MAX_VALUE`;
+/// for the cluster-wide resource (`cluster_wide`) only the keys set there.
+fn dynamic_entries(broker: &Broker, cluster_wide: bool) -> Vec<ConfigEntry> {
+    use crate::replication::throttle::DYNAMIC_BROKER_KEYS;
+    let image = broker.image();
+    DYNAMIC_BROKER_KEYS
+        .iter()
+        .filter_map(|(key, doc)| {
+            let mut synonyms = Vec::new();
+            if !cluster_wide {
+                if let Some(v) = image
+                    .broker_configs_of(broker.node_id)
+                    .and_then(|c| c.get(*key))
+                {
+                    synonyms.push(Synonym {
+                        name: key.to_string(),
+                        value: Some(v.clone()),
+                        source: SOURCE_DYNAMIC_BROKER,
+                    });
+                }
+            }
+            if let Some(v) = image.broker_configs().get(*key) {
+                synonyms.push(Synonym {
+                    name: key.to_string(),
+                    value: Some(v.clone()),
+                    source: SOURCE_DYNAMIC_DEFAULT_BROKER,
+                });
+            }
+            if cluster_wide && synonyms.is_empty() {
+                return None;
+            }
+            let (value, source) = synonyms.first().map_or_else(
+                || (i64::MAX.to_string(), SOURCE_DEFAULT),
+                |s| (s.value.clone().unwrap_or_default(), s.source),
+            );
+            Some(ConfigEntry {
+                name: key.to_string(),
+                value: Some(value),
+                source,
+                read_only: false,
+                sensitive: false,
+                synonyms,
+                config_type: broker_key_type(Kind::Long),
+                documentation: Some(*doc),
+            })
+        })
+        .collect()
+}
+
 /// Checks a broker resource name: empty (cluster defaults) or this node.
 pub(crate) fn check_broker_name(broker: &Broker, name: &str) -> Result<(), ApiError> {
     if name.is_empty() {
@@ -268,12 +324,13 @@ fn entries(broker: &Broker, resource_type: i8, name: &str) -> Result<Vec<ConfigE
         RESOURCE_TOPIC => topic_entries(broker, &resource_topic(broker, name)?),
         RESOURCE_BROKER => {
             check_broker_name(broker, name)?;
-            if name.is_empty() {
-                // Cluster-wide dynamic defaults: Sluice has none.
-                Ok(Vec::new())
+            let mut out = if name.is_empty() {
+                Vec::new()
             } else {
-                Ok(broker_entries(&broker.config))
-            }
+                broker_entries(&broker.config)
+            };
+            out.extend(dynamic_entries(broker, name.is_empty()));
+            Ok(out)
         }
         other => Err(ApiError::new(
             ResponseError::InvalidRequest,
@@ -669,9 +726,20 @@ mod tests {
                     .as_deref(),
                 Some("true")
             );
-            // The broker: every public key, read-only, secrets hidden.
+            // The broker: every public key, read-only, secrets hidden,
+            // and the dynamic replication throttles (not set: Kafka's
+            // default, alterable).
             assert_eq!(node.error_code, 0);
-            assert_eq!(node.configs.len(), BrokerConfig::describe().len());
+            assert_eq!(
+                node.configs.len(),
+                BrokerConfig::describe().len()
+                    + crate::replication::throttle::DYNAMIC_BROKER_KEYS.len()
+            );
+            let c = find(node, "leader.replication.throttled.rate");
+            assert_eq!(
+                (c.value.as_deref(), c.config_source, c.read_only),
+                (Some("9223372036854775807"), SOURCE_DEFAULT, false)
+            );
             let pw = find(node, "ssl.keystore.password");
             assert!(pw.is_sensitive && pw.value.is_none());
             assert_eq!(pw.config_source, SOURCE_STATIC_BROKER);
@@ -684,7 +752,8 @@ mod tests {
                 (c.value.as_deref(), c.config_source),
                 (Some("2"), SOURCE_DEFAULT)
             );
-            assert!(node.configs.iter().all(|c| c.read_only));
+            assert!(node.configs.iter().all(|c| c.read_only
+                || crate::replication::throttle::is_dynamic_broker_key(c.name.as_str())));
             let hours = find(node, "log.retention.hours");
             assert_eq!(
                 synonyms_of(hours),

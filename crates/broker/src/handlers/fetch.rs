@@ -55,6 +55,7 @@ use crate::error::Result;
 use crate::fetch_session::{
     PartitionKey, PartitionOutcome, PartitionRequest, TopicKey, TOPIC_ID_VERSION,
 };
+use crate::replication::throttle::Side;
 
 pub(crate) const VERSIONS: (i16, i16) = (4, 18);
 
@@ -408,6 +409,8 @@ fn read_partition(
             .map(|t| t.name.as_str())
             .ok_or(ResponseError::UnknownTopicId),
     };
+    let mut throttled = false;
+    let mut held_back = false;
     let log = name.and_then(|n| {
         let partition = broker
             .partition(n, p.key.partition)
@@ -439,6 +442,18 @@ fn read_partition(
                 // `updateFollowerFetchState` then).
                 if diverging.is_none() {
                     partition.on_follower_fetch(id, p.fetch_offset);
+                    // A follower out of the ISR of a partition throttled on
+                    // this leader is counted against the leader quota, and
+                    // gets nothing while it is exceeded (Kafka's
+                    // `shouldLeaderThrottle`).
+                    if !part.isr.contains(&id)
+                        && broker.is_throttled_replica(image, Side::Leader, n, p.key.partition)
+                    {
+                        throttled = true;
+                        if broker.throttled(image, Side::Leader, n, p.key.partition) {
+                            held_back = true;
+                        }
+                    }
                 }
                 Ok((log, diverging))
             }
@@ -463,6 +478,13 @@ fn read_partition(
         Ok((log, Some((epoch, end_offset)))) => {
             pd.diverging_epoch.epoch = epoch;
             pd.diverging_epoch.end_offset = end_offset;
+            pd.high_watermark = log.high_watermark();
+            pd.last_stable_offset = log.last_stable_offset();
+            if opts.version >= 5 {
+                pd.log_start_offset = log.log_start_offset();
+            }
+        }
+        Ok((log, None)) if held_back => {
             pd.high_watermark = log.high_watermark();
             pd.last_stable_offset = log.last_stable_offset();
             if opts.version >= 5 {
@@ -513,6 +535,14 @@ fn read_partition(
                     }
                 }
             }
+        }
+    }
+    if throttled {
+        let bytes = region.as_ref().map_or(0, |r| r.length) + copy.as_ref().map_or(0, |r| r.length);
+        if bytes > 0 {
+            broker
+                .quota(Side::Leader)
+                .record(bytes, crate::partition::now_ms());
         }
     }
     let outcome = PartitionOutcome {

@@ -22,7 +22,7 @@ use sluice_storage::LogConfig;
 
 use super::alter_configs::{
     alterable_topic, check_keys, check_nulls, count_resources, duplicate_resource,
-    refuse_broker_changes, unknown_resource_type,
+    unknown_resource_type,
 };
 use super::describe_configs::{check_broker_name, topic_key_is_list};
 use super::Ctx;
@@ -65,7 +65,21 @@ pub(crate) fn handle(
                 }
                 RESOURCE_BROKER => {
                     check_broker_name(broker, name)?;
-                    refuse_broker_changes(ops.iter().map(|(k, ..)| k.as_str()))
+                    check_list_ops(&ops)?;
+                    broker.edit_broker_configs(name, req.validate_only, |current| {
+                        let mut next = current.clone();
+                        for (k, op, v) in &ops {
+                            match (*op, v) {
+                                (OP_SET, Some(v)) => {
+                                    next.insert(k.clone(), v.clone());
+                                }
+                                _ => {
+                                    next.remove(k);
+                                }
+                            }
+                        }
+                        Ok(next)
+                    })
                 }
                 other => Err(unknown_resource_type(other)),
             })

@@ -7,6 +7,7 @@
 mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_configs;
+mod alter_partition_reassignments;
 mod alter_replica_log_dirs;
 mod api_versions;
 mod create_partitions;
@@ -35,6 +36,7 @@ mod leader_hints;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_partition_reassignments;
 mod list_transactions;
 mod metadata;
 pub(crate) mod offset_commit;
@@ -131,6 +133,8 @@ apis! {
     AlterReplicaLogDirs => alter_replica_log_dirs, AlterReplicaLogDirsRequest, blocking;
     DescribeLogDirs => describe_log_dirs, DescribeLogDirsRequest, blocking;
     ElectLeaders => elect_leaders, ElectLeadersRequest, blocking;
+    AlterPartitionReassignments => alter_partition_reassignments, AlterPartitionReassignmentsRequest, blocking;
+    ListPartitionReassignments => list_partition_reassignments, ListPartitionReassignmentsRequest, inline;
     CreatePartitions => create_partitions, CreatePartitionsRequest, blocking;
     IncrementalAlterConfigs => incremental_alter_configs, IncrementalAlterConfigsRequest, blocking;
     DescribeCluster => describe_cluster, DescribeClusterRequest, inline;

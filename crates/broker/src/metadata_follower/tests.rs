@@ -60,16 +60,20 @@ async fn three_nodes_share_metadata_through_the_quorum() {
         assert!(b.is_broker(1) && b.is_broker(2) && b.is_broker(3) && !b.is_broker(4));
     }
 
-    // Created through node 2: every node's image and data folder has it.
+    // Created through node 2: every node's image has it, and the data
+    // folder of each partition's replica (only there) its log.
     let b2 = Arc::clone(&brokers[1]);
     let t = blocking(move || b2.create_topic("orders", 3, 1, &[], false))
         .await
         .expect("created through node 2");
     assert_eq!(t.partitions.len(), 3);
     for b in &brokers {
-        eventually("orders on every node", || {
+        eventually("orders on every node, logs on its replicas", || {
             b.image().topic("orders").map(|t| t.id) == Some(t.id)
-                && (0..3).all(|p| b.logs.get(&TopicPartition::new("orders", p)).is_some())
+                && (0..3).all(|p| {
+                    b.logs.get(&TopicPartition::new("orders", p)).is_some()
+                        == t.partitions[&p].replicas.contains(&b.node_id)
+                })
         })
         .await;
     }
@@ -132,10 +136,15 @@ async fn three_nodes_share_metadata_through_the_quorum() {
     .await
     .expect("configs");
     for b in &brokers {
-        eventually("the config on every node", || {
-            b.logs
-                .get(&TopicPartition::new("orders", 0))
-                .is_some_and(|l| l.config().retention_ms == 12345)
+        eventually("the config on every replica", || {
+            (0..3).all(|p| {
+                b.logs
+                    .get(&TopicPartition::new("orders", p))
+                    .is_none_or(|l| l.config().retention_ms == 12345)
+            }) && b
+                .image()
+                .topic("orders")
+                .is_some_and(|t| t.configs.get("retention.ms").map(String::as_str) == Some("12345"))
         })
         .await;
     }
@@ -170,7 +179,7 @@ async fn three_nodes_share_metadata_through_the_quorum() {
         .position(|b| i64::from(b.node_id) == leader as i64)
         .expect("the leader's broker");
     let bl = Arc::clone(&brokers[li]);
-    let kept = blocking(move || bl.create_topic("kept", 1, 1, &[], false))
+    let kept = blocking(move || bl.create_topic("kept", 1, 3, &[], false))
         .await
         .expect("kept");
     let stopped = brokers.remove(li);
@@ -207,15 +216,16 @@ async fn three_nodes_share_metadata_through_the_quorum() {
         .expect("reopen");
     assert_eq!(back.image().topic("kept").map(|t| t.id), Some(kept.id));
     assert!(back.logs.get(&TopicPartition::new("kept", 0)).is_some());
+    // It was fenced when the topic was placed: no replica there, no log.
     eventually("the restarted node catches up", || {
         back.image().topic("while-down").is_some()
-            && (0..2).all(|p| {
-                back.logs
-                    .get(&TopicPartition::new("while-down", p))
-                    .is_some()
-            })
     })
     .await;
+    assert!((0..2).all(|p| {
+        back.logs
+            .get(&TopicPartition::new("while-down", p))
+            .is_none()
+    }));
     // Registered again, it is listed again everywhere.
     for b in brokers.iter().chain(std::iter::once(&back)) {
         eventually("the restarted broker listed", || {

@@ -263,6 +263,8 @@ async fn acks_all_waiters_answer_not_leader_when_the_leadership_moves() {
         leader: 2,
         leader_epoch: 2,
         partition_epoch: state.partition_epoch + 1,
+        removing_replicas: vec![],
+        adding_replicas: vec![],
     });
     broker
         .partitions

@@ -41,6 +41,7 @@ use sluice_storage::{Log, TopicPartition};
 use tokio::sync::watch;
 
 use super::follower;
+use super::throttle::Side;
 use crate::broker::Broker;
 use crate::inter_broker::Conn;
 
@@ -104,6 +105,9 @@ struct Followed {
     topic: String,
     partition: i32,
     leader_epoch: i32,
+    /// This node is not in the partition's ISR (replication throttles
+    /// apply only then).
+    out_of_isr: bool,
 }
 
 fn followed_from(image: &MetadataImage, node_id: i32, leader: i32) -> Vec<Followed> {
@@ -115,6 +119,7 @@ fn followed_from(image: &MetadataImage, node_id: i32, leader: i32) -> Vec<Follow
                     topic: t.name.clone(),
                     partition: p,
                     leader_epoch: state.leader_epoch,
+                    out_of_isr: !state.isr.contains(&node_id),
                 });
             }
         }
@@ -169,13 +174,21 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
             continue;
         }
         let image = b.image();
-        let parts = followed_from(&image, b.node_id, leader);
+        let mut parts = followed_from(&image, b.node_id, leader);
         if parts.is_empty() {
             tracing::info!(
                 leader,
                 "no partitions left to follow; replica fetcher stops"
             );
             return;
+        }
+        // A replica a reassignment just added gets its log from the
+        // metadata follower; until then it is not fetched.
+        parts.retain(|p| log_of(&b, &p.topic, p.partition).is_ok());
+        if parts.is_empty() {
+            drop(b);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
         }
         let result = async {
             if conn.is_none() {
@@ -199,16 +212,22 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
             }
             let now = tokio::time::Instant::now();
             delayed.retain(|_, until| *until > now);
+            // Out of the ISR and throttled on this follower while its
+            // quota is exceeded: left out (Kafka's `shouldFollowerThrottle`).
             let ready: Vec<&Followed> = parts
                 .iter()
                 .filter(|p| {
                     let key = (p.topic.clone(), p.partition);
                     truncated.get(&key) == Some(&p.leader_epoch) && !delayed.contains_key(&key)
                 })
+                .filter(|p| {
+                    !(p.out_of_isr && b.throttled(&image, Side::Follower, &p.topic, p.partition))
+                })
                 .collect();
             if ready.is_empty() {
-                // Every partition waits for the leader to answer its
-                // truncation, or was refused: back off.
+                // Nothing to fetch now (truncation pending, partitions the
+                // leader refused, or every partition held back by the
+                // follower throttle): back off rather than spin.
                 return Ok(true);
             }
             let resp = fetch(&b, c, &ready).await?;
@@ -410,6 +429,17 @@ fn apply(
                 continue;
             }
             if let Some(records) = pd.records.as_ref().filter(|r| !r.is_empty()) {
+                let image = b.image();
+                let out_of_isr = image
+                    .topic(&topic)
+                    .and_then(|t| t.partitions.get(&pd.partition_index))
+                    .is_some_and(|s| !s.isr.contains(&b.node_id));
+                if out_of_isr
+                    && b.is_throttled_replica(&image, Side::Follower, &topic, pd.partition_index)
+                {
+                    b.quota(Side::Follower)
+                        .record(records.len() as u64, crate::partition::now_ms());
+                }
                 let whole = whole_batches(records);
                 if !whole.is_empty() {
                     if let Err(e) = log.append_as_follower(whole) {

@@ -17,7 +17,7 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use sluice_controller::MetadataRecord;
+use sluice_controller::reassignment;
 use tokio::sync::watch;
 
 use super::leader::IsrProposal;
@@ -78,28 +78,36 @@ impl Broker {
                                     && !image.broker(*r).is_some_and(|b| b.in_controlled_shutdown))
                         }) =>
                 {
-                    // The ISR in replica order.
+                    // The ISR in replica order; the change completes an
+                    // ongoing reassignment once every target replica is
+                    // in it (Kafka's PartitionChangeBuilder), electing a
+                    // new leader if this one was removed.
                     let isr: Vec<i32> = state
                         .replicas
                         .iter()
                         .copied()
                         .filter(|r| proposal.isr.contains(r))
                         .collect();
-                    let record = MetadataRecord::Partition {
-                        partition_id: tp.partition,
-                        topic_id,
-                        replicas: state.replicas.clone(),
-                        isr: isr.clone(),
-                        leader: state.leader,
-                        leader_epoch: state.leader_epoch,
-                        partition_epoch: state.partition_epoch + 1,
+                    let mut target = reassignment::Target::of(&state);
+                    target.isr = isr.clone();
+                    // This leader proposes the change: it stays leader while
+                    // it is in the ISR (as before reassignments); only a
+                    // completed reassignment that removes it elects another.
+                    let Some(next) = reassignment::build(&state, target, |id| {
+                        id == self.node_id || reassignment::may_lead(&image, id)
+                    }) else {
+                        return p.isr_change_refused();
                     };
+                    let record = reassignment::record(topic_id, tp.partition, &next);
                     match self.metadata.append(std::slice::from_ref(&record)) {
                         Ok(_) => {
                             tracing::info!(
-                                partition = %tp, from = ?state.isr, to = ?isr,
-                                partition_epoch = state.partition_epoch + 1, "ISR changed"
+                                partition = %tp, from = ?state.isr, to = ?next.isr,
+                                partition_epoch = next.partition_epoch, "ISR changed"
                             );
+                            if state.is_reassigning() && !next.is_reassigning() {
+                                tracing::info!(partition = %tp, replicas = ?next.replicas, leader = next.leader, "reassignment completed");
+                            }
                             Some(())
                         }
                         Err(e) => {

@@ -203,6 +203,24 @@ impl LeaderState {
         Some(proposal)
     }
 
+    /// The replica set changed within this leader epoch (a reassignment
+    /// adds replicas; removals come with a new leader epoch): new
+    /// followers start unknown and out of sync, followers no longer
+    /// replicas are forgotten.
+    pub(crate) fn set_replicas(&mut self, replicas: &[i32]) {
+        self.followers.retain(|id, _| replicas.contains(id));
+        for &r in replicas {
+            if r != self.leader {
+                self.followers.entry(r).or_insert(FollowerState {
+                    log_end_offset: -1,
+                    last_fetch_leader_leo: -1,
+                    last_fetch_ms: 0,
+                    last_caught_up_ms: 0,
+                });
+            }
+        }
+    }
+
     /// The controller's answer to the proposal in flight: the committed
     /// ISR and partition epoch, or `None` when it refused it (stale
     /// epochs); either way a new proposal may follow.

@@ -15,8 +15,10 @@
 //! a [`leader::LeaderState`] per led partition, `fetcher` is the follower
 //! side (Fetch as a replica, truncation with OffsetForLeaderEpoch), `isr`
 //! sends the leader's ISR changes through the metadata quorum,
-//! `placement` places new replicas, and `rebalance` moves leaderships back
-//! to preferred replicas.
+//! `placement` places new replicas, `rebalance` moves leaderships back
+//! to preferred replicas, and `throttle` holds the replication throttles
+//! (design 023; reassignments themselves are
+//! `sluice_controller::reassignment`).
 
 pub(crate) mod fetcher;
 pub(crate) mod follower;
@@ -24,10 +26,13 @@ pub(crate) mod isr;
 pub(crate) mod leader;
 pub(crate) mod placement;
 pub(crate) mod rebalance;
+pub(crate) mod throttle;
 
 #[cfg(test)]
 pub(crate) mod cluster_tests;
 #[cfg(test)]
 mod election_tests;
+#[cfg(test)]
+mod reassign_tests;
 #[cfg(test)]
 mod sim_tests;

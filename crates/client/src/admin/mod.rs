@@ -10,7 +10,9 @@
 //! - records ([`records`]): list offsets by time (earliest, latest, a
 //!   timestamp, the max timestamp) and delete records below an offset;
 //! - the metadata quorum ([`quorum`]): its leader, epoch, high watermark
-//!   and voters.
+//!   and voters;
+//! - partition reassignments ([`reassignments`]): move partitions to new
+//!   replicas, cancel a move, list the moves in progress.
 //!
 //! Requests go at the highest version both this client and the broker
 //! support (ApiVersions negotiation). Failures reported by the broker come
@@ -51,12 +53,14 @@ use crate::error::{ClientError, Result};
 pub mod group_offsets;
 pub mod groups;
 pub mod quorum;
+pub mod reassignments;
 pub mod records;
 pub mod topics;
 
 pub use group_offsets::OffsetAndMetadata;
 pub use groups::{GroupDescription, GroupListing, MemberDescription};
 pub use quorum::{QuorumEndpoint, QuorumInfo, ReplicaState};
+pub use reassignments::PartitionReassignment;
 pub use records::{IsolationLevel, ListOffsetsResultInfo, OffsetSpec};
 pub use topics::{ClusterDescription, ConfigEntry, NewTopic};
 

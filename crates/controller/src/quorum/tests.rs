@@ -53,6 +53,8 @@ fn topic_records(name: &str, partitions: i32) -> Vec<MetadataRecord> {
         leader: 1,
         leader_epoch: 0,
         partition_epoch: 0,
+        removing_replicas: vec![],
+        adding_replicas: vec![],
     }));
     v
 }

@@ -42,6 +42,8 @@ fn create(store: &MetadataStore, name: &str, id: u128, partitions: i32) {
         leader: 1,
         leader_epoch: 0,
         partition_epoch: 0,
+        removing_replicas: vec![],
+        adding_replicas: vec![],
     }));
     let _g = store.lock_for_change();
     store.append(&records).expect("append");
