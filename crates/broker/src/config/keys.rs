@@ -348,7 +348,7 @@ pub(crate) const BROKER_KEYS: &[Key] = &[
     key("transaction.abort.timed.out.transaction.cleanup.interval.ms", Int, Some("10000"), AtLeast(1), Transactions, USED, PUBLIC, "how often timed-out transactions are aborted"),
     key("transaction.remove.expired.transaction.cleanup.interval.ms", Int, Some("3600000"), AtLeast(1), Transactions, USED, PUBLIC, "how often expired transactional ids are removed"),
     key("controller.quorum.voters", List, Some(""), Custom(check_quorum_voters, "id@host:port,..."), KRaft, USED, PUBLIC, "static controller quorum: id@host:port,..."),
-    key("controller.quorum.bootstrap.servers", List, Some(""), Custom(check_host_ports, "host:port,..."), KRaft, NO_EFFECT, PUBLIC, "controllers to discover the quorum from"),
+    key("controller.quorum.bootstrap.servers", List, Some(""), Custom(check_host_ports, "host:port,..."), KRaft, NO_EFFECT, PUBLIC, "controllers to discover the quorum from (dynamic quorums are not supported: without controller.quorum.voters it may name only this node's own controller listener)"),
     key("controller.quorum.election.timeout.ms", Int, Some("1000"), Any, KRaft, USED, PUBLIC, "wait before starting an election"),
     key("controller.quorum.fetch.timeout.ms", Int, Some("2000"), Any, KRaft, NO_EFFECT, PUBLIC, "leader silence before a voter becomes a candidate"),
     key("controller.quorum.election.backoff.max.ms", Int, Some("1000"), Any, KRaft, NO_EFFECT, PUBLIC, "largest back-off between elections"),
