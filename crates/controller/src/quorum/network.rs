@@ -558,8 +558,18 @@ pub fn serve(
 ) -> JoinHandle<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
+        // The connections are owned by this task: aborting it (on
+        // shutdown) drops them all, so a stopped node's connections cannot
+        // keep answering "raft stopped" to peers that would otherwise keep
+        // using them (in one process, after an in-process restart on the
+        // same port).
+        let mut connections = tokio::task::JoinSet::new();
         loop {
-            let (stream, peer) = match listener.accept().await {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                Some(_) = connections.join_next() => continue,
+            };
+            let (stream, peer) = match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::warn!(error = %e, "controller listener accept failed");
@@ -575,7 +585,7 @@ pub fn serve(
             let raft = raft.clone();
             let proposer = Arc::clone(&proposer);
             let describer = Arc::clone(&describer);
-            tokio::spawn(async move {
+            connections.spawn(async move {
                 if let Err(e) = serve_connection(stream, raft, proposer, describer).await {
                     tracing::debug!(%peer, error = %e, "controller connection closed");
                 }
