@@ -731,37 +731,50 @@ mod tests {
         assert_eq!(not_a_follower(9, 3), ResponseError::UnknownLeaderEpoch);
     }
 
-    #[tokio::test]
-    async fn a_consumer_fetch_is_checked_against_the_leader_epoch() {
-        use proto_kafka::messages::fetch_request::{FetchPartition, FetchTopic};
-        use proto_kafka::messages::ApiKey;
+    use proto_kafka::messages::fetch_request::{FetchPartition, FetchTopic};
+    use proto_kafka::messages::fetch_response::PartitionData;
+    use proto_kafka::messages::ApiKey;
 
-        use super::super::test_support::{append, call, open_broker};
+    use super::super::test_support::{append, call, open_broker};
 
-        let dir = tempfile::tempdir().expect("tempdir");
-        let broker = open_broker(dir.path(), &[]);
+    /// A broker with topic `t` (one partition, two records) and its
+    /// leader epoch.
+    fn broker_with_two_records(dir: &std::path::Path) -> (Arc<Broker>, i32) {
+        let broker = open_broker(dir, &[]);
         broker.create_topic("t", 1, 1, &[], false).expect("create");
         append(&broker, "t", 0, 2);
         let epoch = broker.partition("t", 0).expect("led").leader_epoch();
+        (broker, epoch)
+    }
+
+    /// A consumer's fetch of `t`-0 as `p` asks, at `version`.
+    async fn fetch_one(broker: &Arc<Broker>, version: i16, mut p: FetchPartition) -> PartitionData {
+        p.partition = 0;
+        p.partition_max_bytes = 1 << 20;
+        let mut t = FetchTopic::default();
+        t.topic = TopicName(StrBytes::from_static_str("t"));
+        t.partitions = vec![p];
+        let mut req = FetchRequest::default();
+        req.replica_id = BrokerId(-1);
+        req.max_bytes = 1 << 20;
+        req.session_epoch = -1;
+        req.topics = vec![t];
+        let resp: FetchResponse = call(broker, ApiKey::Fetch, version, &req)
+            .await
+            .expect("response");
+        resp.responses[0].partitions[0].clone()
+    }
+
+    #[tokio::test]
+    async fn a_consumer_fetch_is_checked_against_the_leader_epoch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (broker, epoch) = broker_with_two_records(dir.path());
         let fetch = |current_leader_epoch: i32| {
             let broker = Arc::clone(&broker);
             async move {
                 let mut p = FetchPartition::default();
-                p.partition = 0;
                 p.current_leader_epoch = current_leader_epoch;
-                p.partition_max_bytes = 1 << 20;
-                let mut t = FetchTopic::default();
-                t.topic = TopicName(StrBytes::from_static_str("t"));
-                t.partitions = vec![p];
-                let mut req = FetchRequest::default();
-                req.replica_id = BrokerId(-1);
-                req.max_bytes = 1 << 20;
-                req.session_epoch = -1;
-                req.topics = vec![t];
-                let resp: FetchResponse = call(&broker, ApiKey::Fetch, 12, &req)
-                    .await
-                    .expect("response");
-                let p = resp.responses[0].partitions[0].clone();
+                let p = fetch_one(&broker, 12, p).await;
                 (p.error_code, p.high_watermark)
             }
         };
@@ -783,37 +796,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_fetch_whose_last_epoch_diverged_gets_the_diverging_epoch() {
-        use proto_kafka::messages::fetch_request::{FetchPartition, FetchTopic};
-        use proto_kafka::messages::ApiKey;
-
-        use super::super::test_support::{append, call, open_broker};
-
         let dir = tempfile::tempdir().expect("tempdir");
-        let broker = open_broker(dir.path(), &[]);
-        broker.create_topic("t", 1, 1, &[], false).expect("create");
-        append(&broker, "t", 0, 2);
-        let epoch = broker.partition("t", 0).expect("led").leader_epoch();
+        let (broker, epoch) = broker_with_two_records(dir.path());
         let fetch = |version: i16, fetch_offset: i64, last_fetched_epoch: i32| {
-            let broker = Arc::clone(&broker);
-            async move {
-                let mut p = FetchPartition::default();
-                p.partition = 0;
-                p.fetch_offset = fetch_offset;
-                p.last_fetched_epoch = last_fetched_epoch;
-                p.partition_max_bytes = 1 << 20;
-                let mut t = FetchTopic::default();
-                t.topic = TopicName(StrBytes::from_static_str("t"));
-                t.partitions = vec![p];
-                let mut req = FetchRequest::default();
-                req.replica_id = BrokerId(-1);
-                req.max_bytes = 1 << 20;
-                req.session_epoch = -1;
-                req.topics = vec![t];
-                let resp: FetchResponse = call(&broker, ApiKey::Fetch, version, &req)
-                    .await
-                    .expect("response");
-                resp.responses[0].partitions[0].clone()
-            }
+            let mut p = FetchPartition::default();
+            p.fetch_offset = fetch_offset;
+            p.last_fetched_epoch = last_fetched_epoch;
+            fetch_one(&broker, version, p)
         };
         // The fetcher's last epoch is this log's latest and ends past the
         // fetch offset: records.
