@@ -134,6 +134,9 @@ pub struct Describer {
     pub(crate) liveness: Arc<Liveness>,
     pub(crate) voters: BTreeMap<NodeId, String>,
     pub(crate) clock: Arc<dyn Clock>,
+    /// How recently a voter must have answered to count as heard from
+    /// (the election timeout).
+    pub(crate) election_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for Describer {
@@ -145,6 +148,54 @@ impl std::fmt::Debug for Describer {
 }
 
 impl Describer {
+    /// The answer to a vote request when this node leads and heard from a
+    /// majority of the voters (itself included) within the election
+    /// timeout: refused, with this leader's vote and last log id. Else
+    /// `None` (openraft decides).
+    ///
+    /// Raft's rule against disruptive servers (Ongaro's thesis §4.2.3;
+    /// Kafka's check-quorum and pre-vote, KIP-996): openraft 0.9 keeps a
+    /// follower's leader lease but grants a leader's own vote to a higher
+    /// term once it has led for the lease. A voter that stops hearing the
+    /// leader while it can still call out (its inbound links cut) would
+    /// then win an election with the old leader's vote and take over a
+    /// quorum it cannot be reached by, so it would never be fenced.
+    pub(crate) fn refuse_disruptive_vote(
+        &self,
+        req: &openraft::raft::VoteRequest<NodeId>,
+    ) -> Option<openraft::raft::VoteResponse<NodeId>> {
+        let (vote, voters) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            if m.state != openraft::ServerState::Leader
+                || req.vote.leader_id().voted_for == Some(self.node_id)
+            {
+                return None;
+            }
+            let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+            (m.vote, voters)
+        };
+        let heard = voters
+            .iter()
+            .filter(|&&id| {
+                id == self.node_id
+                    || self
+                        .liveness
+                        .last_ack(id)
+                        .is_some_and(|t| t.elapsed() < self.election_timeout)
+            })
+            .count();
+        if heard * 2 <= voters.len() {
+            return None;
+        }
+        tracing::info!(candidate = ?req.vote, "vote refused: this leader hears a majority of the voters");
+        Some(openraft::raft::VoteResponse {
+            vote,
+            vote_granted: false,
+            last_log_id: self.log.last_log_id(),
+        })
+    }
+
     /// The quorum as this node, its leader, sees it; `Err` with the leader
     /// this node knows of when it does not lead.
     pub fn describe(&self) -> Result<QuorumDescription, Option<NodeId>> {

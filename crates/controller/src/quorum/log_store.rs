@@ -145,6 +145,14 @@ pub struct LogStore {
     inner: Arc<Mutex<Inner>>,
 }
 
+/// The id of the last entry, else of the last purged one.
+fn last_log_id(i: &Inner) -> Option<LogId<NodeId>> {
+    i.entries
+        .last_key_value()
+        .map(|(_, s)| s.entry.log_id)
+        .or(i.state.purged)
+}
+
 fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -408,6 +416,11 @@ impl LogStore {
         lock(&self.inner).snapshot_ends.insert(index, end_offset);
     }
 
+    /// The id of the last entry (the last purged one when none is left).
+    pub fn last_log_id(&self) -> Option<LogId<NodeId>> {
+        last_log_id(&lock(&self.inner))
+    }
+
     /// A copy of `quorum-state` as it is now.
     pub fn state(&self) -> QuorumState {
         lock(&self.inner).state.clone()
@@ -534,14 +547,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         &mut self,
     ) -> std::result::Result<LogState<TypeConfig>, StorageError<NodeId>> {
         let i = lock(&self.inner);
-        let last = i
-            .entries
-            .last_key_value()
-            .map(|(_, s)| s.entry.log_id)
-            .or(i.state.purged);
         Ok(LogState {
             last_purged_log_id: i.state.purged,
-            last_log_id: last,
+            last_log_id: last_log_id(&i),
         })
     }
 

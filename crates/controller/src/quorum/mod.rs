@@ -225,6 +225,7 @@ impl MetadataQuorum {
             liveness: Arc::clone(&liveness),
             voters: config.voters.clone(),
             clock,
+            election_timeout: Duration::from_millis(config.election_timeout_ms),
         });
         let server = network::serve(
             listener,

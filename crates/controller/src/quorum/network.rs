@@ -658,7 +658,11 @@ async fn handle(
                 last_log_id: r.opt_log_id().map_err(invalid)?,
             };
             r.finish().map_err(invalid)?;
-            match raft.vote(req).await {
+            let answer = match describer.refuse_disruptive_vote(&req) {
+                Some(refused) => Ok(refused),
+                None => raft.vote(req).await,
+            };
+            match answer {
                 Ok(v) => ok(|w| {
                     w.vote(&v.vote);
                     w.bool(v.vote_granted);

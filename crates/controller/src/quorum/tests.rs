@@ -7,6 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use openraft::network::{RPCOption, RaftNetwork};
+use openraft::raft::VoteRequest;
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::{
     BasicNode, CommittedLeaderId, EntryPayload, LogId, Membership, RaftLogReader,
@@ -650,5 +652,51 @@ async fn an_observer_joins_as_a_learner_follows_the_log_and_forwards_its_writes(
     observer.shutdown().await.expect("stop");
     for q in nodes {
         q.shutdown().await.expect("stop");
+    }
+}
+
+/// A voter that stops hearing the leader but can still call out (its
+/// inbound links cut) asks for votes in a higher term with a log as long
+/// as the leader's: the leader, which hears the other voter, refuses, even
+/// after leading for longer than openraft's leader lease, and stays leader
+/// in its term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_that_hears_a_majority_refuses_a_disruptive_candidate() {
+    let mut voters = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        voters.insert(id, l.local_addr().expect("addr").to_string());
+    }
+    let mut nodes = Vec::new();
+    for id in 1..=3u64 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let quorum = start(id, dir.path(), &voters).await;
+        nodes.push((dir, quorum));
+    }
+    let leader = nodes[0]
+        .1
+        .wait_for_leader(Duration::from_secs(10))
+        .await
+        .expect("a leader");
+    let quorum = &nodes[usize::try_from(leader).expect("id") - 1].1;
+    // Past the lease openraft keeps after an election (its election
+    // timeout's maximum, 600 ms here).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let term = quorum.raft.metrics().borrow().current_term;
+    let candidate = voters.keys().copied().find(|&id| id != leader).expect("a follower");
+    let mut peer = Peer::new(leader, voters[&leader].clone());
+    let answer = peer
+        .vote(
+            VoteRequest::new(Vote::new(term + 1, candidate), quorum.log.last_log_id()),
+            RPCOption::new(Duration::from_secs(2)),
+        )
+        .await
+        .expect("an answer");
+    assert!(!answer.vote_granted, "{answer:?}");
+    assert_eq!(answer.last_log_id, quorum.log.last_log_id());
+    let m = quorum.raft.metrics().borrow().clone();
+    assert_eq!((m.state, m.current_term), (openraft::ServerState::Leader, term));
+    for (_, q) in nodes {
+        q.shutdown().await.expect("shutdown");
     }
 }
