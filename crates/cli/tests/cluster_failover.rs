@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use common::cluster::Cluster3;
 use sluice_client::admin::NewTopic;
-use sluice_client::cluster::Metadata;
 use sluice_client::consumer::{Consumer, ConsumerConfig, OffsetReset, RebalanceListener};
 use sluice_client::{
     Admin, ClientConfig, Cluster, Producer, ProducerConfig, ProducerRecord, TopicPartition,
@@ -56,7 +55,7 @@ async fn view(addr: &str) -> Option<BTreeMap<i32, (i32, i32, Vec<i32>)>> {
         .ok()?;
     // Cluster::connect loaded this node's metadata through the bootstrap
     // address; no other node was asked.
-    let md: Metadata = cluster.metadata().await;
+    let md = cluster.metadata().await;
     let t = md.topics.get(TOPIC)?;
     Some(
         t.partitions

@@ -12,11 +12,12 @@
 //! [`AppendOutcome::WouldBlock`] until [`RecordAccumulator::deallocate`] frees
 //! memory, and sleeps until [`RecordAccumulator::next_ready_ms`].
 //!
-//! Memory model: each appended record reserves its uncompressed encoded size
-//! (plus the 61-byte batch header for the first record of a batch) until the
-//! sender deallocates its batch. Java reserves whole `batch.size` buffers
-//! from a pool; reserving exact sizes keeps the same back-pressure semantics
-//! without a buffer pool.
+//! Memory model (Java's `BufferPool`): a new batch reserves its whole
+//! buffer, `batch.size` bytes (the record's encoded size plus the 61-byte
+//! batch header when that is larger), until the sender deallocates the
+//! batch; records that fit the open batch reserve nothing more. The buffer
+//! is allocated with that capacity, so records are encoded into it once
+//! and never moved by a reallocation.
 //!
 //! Delivery timeouts: [`RecordAccumulator::expire`] removes batches older
 //! than `delivery.timeout.ms` (open, closed or waiting for a retry, muted
@@ -147,7 +148,10 @@ pub enum AppendOutcome {
 struct OpenBatch {
     id: BatchId,
     builder: BatchBuilder,
+    /// Encoded size of the batch so far (header included).
     size: usize,
+    /// Memory reserved for the batch's buffer (at least `size`).
+    reserved: usize,
     base_timestamp: i64,
     created_ms: u64,
     closed: bool,
@@ -355,10 +359,16 @@ impl RecordAccumulator {
                 limit_name: "buffer.memory",
             });
         }
+        // A new batch reserves its whole buffer.
+        let reserve = if new_batch {
+            needed.max(batch_size.min(self.config.buffer_memory))
+        } else {
+            0
+        };
         let available = self.config.buffer_memory.saturating_sub(self.used_memory);
-        if needed > available {
+        if reserve > available {
             return Ok(AppendOutcome::WouldBlock {
-                needed,
+                needed: reserve,
                 available,
                 record,
             });
@@ -371,14 +381,19 @@ impl RecordAccumulator {
             self.next_batch_id += 1;
             queue.batches.push_back(OpenBatch {
                 id,
-                builder: BatchBuilder::new(self.config.compression, record.timestamp),
+                builder: BatchBuilder::with_capacity(
+                    self.config.compression,
+                    record.timestamp,
+                    reserve,
+                ),
                 size: 0,
+                reserved: reserve,
                 base_timestamp: record.timestamp,
                 created_ms: now_ms,
                 closed: false,
             });
         }
-        self.used_memory += needed;
+        self.used_memory += reserve;
         let Some(b) = queue.batches.back_mut() else {
             return Err(ClientError::InvalidArgument("no open batch".into()));
         };
@@ -553,7 +568,7 @@ impl RecordAccumulator {
                     tp: tp.clone(),
                     bytes,
                     record_count: count,
-                    reserved: b.size,
+                    reserved: b.reserved,
                     created_ms: b.created_ms,
                     producer,
                     attempts: 0,
@@ -657,7 +672,7 @@ impl RecordAccumulator {
                 let Some(b) = q.batches.pop_front() else {
                     break;
                 };
-                freed += b.size;
+                freed += b.reserved;
                 out.push(ExpiredBatch {
                     id: b.id,
                     tp: tp.clone(),
@@ -694,7 +709,7 @@ impl RecordAccumulator {
         let mut freed = 0;
         for q in self.queues.values_mut() {
             for b in q.batches.drain(..) {
-                freed += b.size;
+                freed += b.reserved;
                 ids.push(b.id);
             }
         }
@@ -709,7 +724,7 @@ impl RecordAccumulator {
         let mut freed = 0;
         for q in self.queues.values_mut() {
             for b in q.batches.drain(..) {
-                freed += b.size;
+                freed += b.reserved;
                 ids.push(b.id);
             }
             for r in q.retries.drain(..) {

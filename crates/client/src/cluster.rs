@@ -218,7 +218,10 @@ struct Backoff {
 #[derive(Debug)]
 pub struct Cluster {
     config: ClientConfig,
-    metadata: Mutex<Metadata>,
+    /// Replaced or changed copy-on-write, so that [`Cluster::metadata`]
+    /// hands out a snapshot without copying it (the producer's sender
+    /// reads it on every pass).
+    metadata: Mutex<Arc<Metadata>>,
     connections: Mutex<HashMap<i32, Pooled>>,
     /// Addresses in reconnect backoff.
     backoff: StdMutex<HashMap<String, Backoff>>,
@@ -234,7 +237,7 @@ impl Cluster {
         }
         let cluster = Arc::new(Cluster {
             config,
-            metadata: Mutex::new(Metadata::default()),
+            metadata: Mutex::new(Arc::new(Metadata::default())),
             connections: Mutex::new(HashMap::new()),
             backoff: StdMutex::new(HashMap::new()),
         });
@@ -247,9 +250,9 @@ impl Cluster {
         &self.config
     }
 
-    /// A copy of the cached metadata.
-    pub async fn metadata(&self) -> Metadata {
-        self.metadata.lock().await.clone()
+    /// A snapshot of the cached metadata (later changes do not show in it).
+    pub async fn metadata(&self) -> Arc<Metadata> {
+        Arc::clone(&*self.metadata.lock().await)
     }
 
     /// Fetches metadata (all topics when `topics` is `None`) and merges it
@@ -351,7 +354,8 @@ impl Cluster {
                 },
             );
         }
-        let mut cache = self.metadata.lock().await;
+        let mut guard = self.metadata.lock().await;
+        let cache = Arc::make_mut(&mut guard);
         fresh.topics = std::mem::take(&mut fresh.topics)
             .into_iter()
             .map(|(name, t)| {
@@ -404,7 +408,8 @@ impl Cluster {
         if leader < 0 || epoch < 0 {
             return false;
         }
-        let mut md = self.metadata.lock().await;
+        let mut guard = self.metadata.lock().await;
+        let md = Arc::make_mut(&mut guard);
         if let std::collections::btree_map::Entry::Vacant(e) = md.brokers.entry(leader) {
             match endpoints.iter().find(|b| b.id == leader) {
                 Some(b) => {
@@ -803,7 +808,7 @@ mod tests {
         );
         Cluster {
             config,
-            metadata: Mutex::new(md),
+            metadata: Mutex::new(Arc::new(md)),
             connections: Mutex::new(HashMap::new()),
             backoff: StdMutex::new(HashMap::new()),
         }

@@ -53,7 +53,12 @@ fn records_share_a_batch_until_linger() -> Result<()> {
     let b = &batches[0];
     assert_eq!((b.id, b.record_count, b.attempts), (h0.batch_id, 2, 0));
     assert_eq!(b.reserved, acc.used_memory());
-    assert_eq!(b.bytes.len(), b.reserved, "uncompressed size is exact");
+    assert_eq!(b.reserved, 16_384, "a batch reserves batch.size");
+    assert_eq!(
+        b.bytes.len(),
+        97,
+        "two records of 18 bytes after the 61-byte header"
+    );
     let header = BatchHeader::parse(&b.bytes).map_err(|e| ClientError::Protocol(e.to_string()))?;
     assert_eq!(header.producer_id, -1);
     assert_eq!(header.producer_epoch, -1);

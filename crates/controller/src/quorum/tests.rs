@@ -683,7 +683,11 @@ async fn a_leader_that_hears_a_majority_refuses_a_disruptive_candidate() {
     // timeout's maximum, 600 ms here).
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let term = quorum.raft.metrics().borrow().current_term;
-    let candidate = voters.keys().copied().find(|&id| id != leader).expect("a follower");
+    let candidate = voters
+        .keys()
+        .copied()
+        .find(|&id| id != leader)
+        .expect("a follower");
     let mut peer = Peer::new(leader, voters[&leader].clone());
     let answer = peer
         .vote(
@@ -695,7 +699,10 @@ async fn a_leader_that_hears_a_majority_refuses_a_disruptive_candidate() {
     assert!(!answer.vote_granted, "{answer:?}");
     assert_eq!(answer.last_log_id, quorum.log.last_log_id());
     let m = quorum.raft.metrics().borrow().clone();
-    assert_eq!((m.state, m.current_term), (openraft::ServerState::Leader, term));
+    assert_eq!(
+        (m.state, m.current_term),
+        (openraft::ServerState::Leader, term)
+    );
     for (_, q) in nodes {
         q.shutdown().await.expect("shutdown");
     }

@@ -322,11 +322,20 @@ pub struct BatchBuilder {
 
 impl BatchBuilder {
     pub fn new(compression: Compression, base_timestamp: i64) -> Self {
+        Self::with_capacity(compression, base_timestamp, HEADER_LEN)
+    }
+
+    /// Like [`BatchBuilder::new`], with room for `capacity` bytes of batch
+    /// (header included) before the buffer grows: a producer gives its
+    /// `batch.size`, so records are never copied by a reallocation.
+    pub fn with_capacity(compression: Compression, base_timestamp: i64, capacity: usize) -> Self {
+        let mut payload = Vec::with_capacity(capacity.max(HEADER_LEN));
+        // Room for the header, written by `finish`.
+        payload.resize(HEADER_LEN, 0);
         Self {
             compression,
             base_timestamp,
-            // Room for the header, written by `finish`.
-            payload: vec![0; HEADER_LEN],
+            payload,
             count: 0,
             max_timestamp: -1,
             producer: ProducerInfo::default(),
