@@ -324,6 +324,17 @@ impl RecordAccumulator {
         record: Record,
         now_ms: u64,
     ) -> Result<AppendOutcome> {
+        self.append_at(tp, record, || now_ms)
+    }
+
+    /// [`Self::append`], reading the time from `now_ms` only when a new
+    /// batch opens (most records join the open batch: no clock read).
+    pub fn append_at(
+        &mut self,
+        tp: &TopicPartition,
+        record: Record,
+        now_ms: impl FnOnce() -> u64,
+    ) -> Result<AppendOutcome> {
         let batch_size = self.config.batch_size;
         if !self.queues.contains_key(tp) {
             self.queues.insert(tp.clone(), PartitionQueue::default());
@@ -389,7 +400,7 @@ impl RecordAccumulator {
                 size: 0,
                 reserved: reserve,
                 base_timestamp: record.timestamp,
-                created_ms: now_ms,
+                created_ms: now_ms(),
                 closed: false,
             });
         }

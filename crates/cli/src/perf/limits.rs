@@ -9,8 +9,11 @@
 //!   `--dir` (the broker's data folder), with `fdatasync` at the end when
 //!   `--fdatasync` is given; the file is removed afterwards.
 //!
-//! Both print MB/s (1024 × 1024 bytes, as the perf tools) in text or, with
-//! `--json`, one JSON object.
+//! Both print MB/s (1024 × 1024 bytes, as the perf tools) and the CPU
+//! seconds the process spent per GB (10⁹ bytes; user and system time of all
+//! its threads, from `/proc/self/stat`: the kernel's own cost of moving the
+//! bytes, a floor for the broker's CPU per GB) in text or, with `--json`,
+//! one JSON object.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -55,28 +58,55 @@ pub struct DiskArgs {
     json: bool,
 }
 
-/// One measurement: bytes moved in seconds.
+/// One measurement: bytes moved in seconds, with the CPU seconds the
+/// process spent meanwhile (when `/proc` tells).
 struct Rate {
     what: &'static str,
     bytes: u64,
     seconds: f64,
+    cpu_seconds: Option<f64>,
 }
 
 impl Rate {
     fn print(&self, json: bool) {
         let mb_s = self.bytes as f64 / MB / self.seconds.max(1e-9);
+        let per_gb = self
+            .cpu_seconds
+            .map(|c| c / (self.bytes as f64 / 1e9).max(1e-9));
         if json {
+            let cpu = match (self.cpu_seconds, per_gb) {
+                (Some(c), Some(g)) => format!(",\"cpu_seconds\":{c:.3},\"cpu_s_per_gb\":{g:.3}"),
+                _ => String::new(),
+            };
             println!(
-                "{{\"what\":\"{}\",\"bytes\":{},\"seconds\":{:.6},\"mb_per_sec\":{:.2}}}",
+                "{{\"what\":\"{}\",\"bytes\":{},\"seconds\":{:.6},\"mb_per_sec\":{:.2}{cpu}}}",
                 self.what, self.bytes, self.seconds, mb_s
             );
         } else {
+            let cpu = per_gb.map_or(String::new(), |g| format!(", {g:.3} CPU-s/GB"));
             println!(
-                "{}: {} bytes in {:.3} s, {:.2} MB/sec",
+                "{}: {} bytes in {:.3} s, {:.2} MB/sec{cpu}",
                 self.what, self.bytes, self.seconds, mb_s
             );
         }
     }
+}
+
+/// User plus system CPU seconds of this process so far (all threads), from
+/// `/proc/self/stat` (fields 14 and 15, in the kernel's 100 Hz ticks).
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces: count after its ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}
+
+/// CPU seconds spent since `before` (a [`cpu_seconds`] reading).
+fn cpu_since(before: Option<f64>) -> Option<f64> {
+    Some(cpu_seconds()? - before?)
 }
 
 /// Runs `sluice perf loopback`.
@@ -99,6 +129,7 @@ pub fn loopback(args: &LoopbackArgs) -> anyhow::Result<()> {
         Ok(got)
     });
     let buf = pattern(chunk);
+    let cpu = cpu_seconds();
     let start = Instant::now();
     {
         let mut s = TcpStream::connect(addr).context("connect")?;
@@ -121,6 +152,7 @@ pub fn loopback(args: &LoopbackArgs) -> anyhow::Result<()> {
         what: "loopback",
         bytes: total,
         seconds,
+        cpu_seconds: cpu_since(cpu),
     }
     .print(args.json);
     Ok(())
@@ -134,7 +166,9 @@ pub fn disk(args: &DiskArgs) -> anyhow::Result<()> {
     let path = args
         .dir
         .join(format!(".sluice-perf-disk-{}", std::process::id()));
+    let cpu = cpu_seconds();
     let result = write_file(&path, args);
+    let cpu = cpu_since(cpu);
     let _ = std::fs::remove_file(&path);
     let seconds = result?;
     Rate {
@@ -145,6 +179,7 @@ pub fn disk(args: &DiskArgs) -> anyhow::Result<()> {
         },
         bytes: args.bytes,
         seconds,
+        cpu_seconds: cpu,
     }
     .print(args.json);
     Ok(())
@@ -180,6 +215,21 @@ fn pattern(len: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_seconds_grow_with_work() {
+        let before = cpu_seconds().expect("/proc/self/stat");
+        let mut x = 0u64;
+        let start = Instant::now();
+        // Busy until the reading moves (at most 10 s, under any load).
+        while cpu_since(Some(before)).expect("cpu") < 0.05 && start.elapsed().as_secs() < 10 {
+            for _ in 0..100_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
+        }
+        std::hint::black_box(x);
+        assert!(cpu_since(Some(before)).expect("cpu") >= 0.05);
+    }
 
     #[test]
     fn disk_writes_and_removes_its_file() {

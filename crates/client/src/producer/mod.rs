@@ -782,8 +782,7 @@ impl Producer {
                 if let Some(txn) = st.txn.as_mut() {
                     txn.check_send(tp, producer)?;
                 }
-                let now = self.inner.now_ms();
-                let appended = match st.acc.append(tp, rec, now) {
+                let appended = match st.acc.append_at(tp, rec, || self.inner.now_ms()) {
                     Ok(a) => a,
                     Err(e) => {
                         // Kafka: a record the producer refuses fails the
