@@ -45,6 +45,15 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- bench-suite:begin -->", "<!-- bench-suite:end -->"
 MB = 1024 * 1024
+# Both clients produce with the same batching (librdkafka's settings below).
+BATCH_SIZE = 1 << 20
+LINGER_MS = 5
+
+
+def cpu_note(r):
+    """The CPU seconds per GB a `sluice perf loopback|disk` run spent."""
+    g = r.get("cpu_s_per_gb")
+    return "" if g is None else f"{g:.2f} cpu-s/GB"
 
 
 def free_port():
@@ -126,6 +135,11 @@ class Runner:
         self.args = args
         self.bin = str(Path(args.bin).resolve())
         self.rows = []  # (section, shape, sluice, librdkafka, note)
+        self.produced = {}  # (size, acks, partitions, producers) -> produce_pair's result
+        self.consume_mbs = None
+        self.e2e_p99 = {}
+        self.rss = None
+        self.memory_cpu_gb = None
         self.smoke = args.smoke
 
     # -- helpers ---------------------------------------------------------
@@ -141,6 +155,10 @@ class Runner:
         subprocess.run(cmd, check=True, capture_output=True, timeout=120)
         return name
 
+    def delete_topic(self, bootstrap, name):
+        subprocess.run([self.bin, "topic", "delete", name, "--bootstrap-server", bootstrap],
+                       check=True, capture_output=True, timeout=120)
+
     def row(self, section, shape, sluice, rdkafka="", note=""):
         self.rows.append((section, shape, sluice, rdkafka, note))
         print(f"  {section:<10} {shape:<44} {sluice:<34} {rdkafka:<30} {note}", flush=True)
@@ -155,21 +173,25 @@ class Runner:
         nbytes = str(int(self.args.limit_mb * MB))
         lo = self.sluice("perf", "loopback", "--bytes", nbytes, "--json")
         self.loopback = lo["mb_per_sec"]
-        note = ""
+        note = cpu_note(lo)
         if shutil.which("iperf3") and not self.smoke:
-            note = f"iperf3 {iperf3():.0f} MB/s"
+            note += f"; iperf3 {iperf3():.0f} MB/s"
         self.row("limits", "loopback TCP", f"{self.loopback:.0f} MB/s", "", note)
         folder.mkdir(parents=True, exist_ok=True)
         d = self.sluice("perf", "disk", "--dir", str(folder), "--bytes", nbytes, "--json")
         ds = self.sluice("perf", "disk", "--dir", str(folder), "--bytes", nbytes, "--fdatasync", "--json")
         self.disk = d["mb_per_sec"]
         self.disk_sync = ds["mb_per_sec"]
-        self.row("limits", f"sequential write {int(self.args.limit_mb)} MiB", f"{self.disk:.0f} MB/s")
-        self.row("limits", "  + fdatasync at the end", f"{self.disk_sync:.0f} MB/s")
+        # The kernel's own cost of writing a GB through the page cache: a
+        # floor under the broker's CPU per GB ingested.
+        self.disk_cpu_gb = d.get("cpu_s_per_gb")
+        self.row("limits", f"sequential write {int(self.args.limit_mb)} MiB", f"{self.disk:.0f} MB/s", "",
+                 cpu_note(d))
+        self.row("limits", "  + fdatasync at the end", f"{self.disk_sync:.0f} MB/s", "", cpu_note(ds))
 
     # -- single node -----------------------------------------------------
     def produce_pair(self, bootstrap, pid, size, acks, partitions, producers, section="produce", rf=1,
-                     configs=()):
+                     configs=(), keep=False):
         n = self.records_for(size)
         out = {}
         for client in ("sluice", "librdkafka"):
@@ -178,6 +200,7 @@ class Runner:
             if client == "sluice":
                 r = self.sluice("perf", "produce", "--topic", topic, "--num-records", str(n),
                                 "--record-size", str(size), "--acks", acks, "--producers", str(producers),
+                                "--batch-size", str(BATCH_SIZE), "--linger-ms", str(LINGER_MS),
                                 "--json", "--bootstrap-server", bootstrap)
                 rec = r["records"]
                 rate = r.get("records_per_sec")
@@ -188,6 +211,10 @@ class Runner:
             cpu = (cpu_seconds(pid) - before) if pid else None
             gb = rec * size / 1e9
             out[client] = (rec, rate, mbs, p99, cpu / gb if cpu is not None and gb > 0 else None, topic)
+        if not keep:
+            # Each shape writes --mb MiB per client: the disk would fill.
+            for client in out:
+                self.delete_topic(bootstrap, out[client][5])
         shape = f"{'1 KiB' if size == 1024 else f'{size} B'} acks={acks} p={partitions} x{producers}"
         self.row(section, shape, fmt_produce(out["sluice"]), fmt_produce(out["librdkafka"]))
         return out
@@ -202,8 +229,10 @@ class Runner:
                 for acks in ("1", "all"):
                     for partitions in (1, 16):
                         for producers in (1, 4):
+                            shape = (size, acks, partitions, producers)
                             out = self.produce_pair(server.bootstrap, server.pid, size, acks, partitions,
-                                                    producers)
+                                                    producers, keep=shape == (1024, "1", 16, 1))
+                            self.produced[shape] = out
                             if (size, acks, partitions, producers) == (1024, "1", 1, 1):
                                 peak = out["sluice"][1]
                             if (size, acks, partitions, producers) == (1024, "1", 16, 1):
@@ -212,6 +241,7 @@ class Runner:
             c = self.sluice("perf", "consume", "--topic", topic, "--num-records", str(n), "--json",
                             "--bootstrap-server", server.bootstrap)
             rk = confluent_consume(server.bootstrap, topic, n)
+            self.consume_mbs = c["mb_per_sec"]
             self.row("consume", f"page cache, 1 KiB p=16, {n} records",
                      f"{c['mb_per_sec']:.0f} MB/s ({100 * c['mb_per_sec'] / self.loopback:.0f}% of loopback)",
                      f"{rk:.0f} MB/s")
@@ -228,6 +258,7 @@ class Runner:
                         "--throughput", str(rate), "--acks", "1" if rf == 1 else "all", "--json",
                         "--bootstrap-server", bootstrap)
         lat = r.get("latency_ms") or {}
+        self.e2e_p99[rf] = lat.get("p99")
         nan = float("nan")
         self.row(section, f"{shape}, {rate} rec/s (50% of peak)",
                  f"p50 {lat.get('p50') or nan:.2f} p99 {lat.get('p99') or nan:.2f} "
@@ -245,6 +276,8 @@ class Runner:
         cpu = cpu_seconds(server.pid) - cpu0
         after = rss_mib(server.pid)
         gb = r["records"] * size / 1e9
+        self.rss = (before, after)
+        self.memory_cpu_gb = cpu / gb if gb > 0 else None
         self.row("memory", f"{gb:.2f} GB produced (1 KiB, p=4)",
                  f"RSS {before:.0f} -> {after:.0f} MiB", "", f"{cpu / gb:.2f} cpu-s/GB")
 
@@ -265,6 +298,39 @@ class Runner:
             c.stop()
 
     # -- output ----------------------------------------------------------
+    def targets(self):
+        """Issue #14's targets as ratios from this run: (target, figure, met)."""
+        out = []
+        nan = float("nan")
+
+        def sluice(shape, i):
+            r = self.produced.get(shape)
+            return r["sluice"][i] if r and r["sluice"][i] is not None else nan
+
+        cpu = sluice((1024, "1", 1, 1), 4)
+        floor = self.disk_cpu_gb if self.disk_cpu_gb is not None else nan
+        out.append(("broker CPU per GB ingested <= 0.4 s (1 KiB acks=1 p=1 x1)",
+                    f"{cpu:.2f} cpu-s/GB (the page-cache write alone: {floor:.2f})", cpu <= 0.4))
+        mbs = sluice((1024, "1", 1, 1), 2)
+        out.append(("produce 1 KiB acks=1 >= 70% of the sequential write rate",
+                    f"{mbs:.0f} MB/s = {100 * mbs / self.disk:.0f}% of {self.disk:.0f} MB/s",
+                    mbs >= 0.7 * self.disk))
+        cons = self.consume_mbs if self.consume_mbs is not None else nan
+        out.append(("consume from page cache >= 50% of loopback",
+                    f"{cons:.0f} MB/s = {100 * cons / self.loopback:.0f}% of {self.loopback:.0f} MB/s",
+                    cons >= 0.5 * self.loopback))
+        rate = sluice((100, "1", 1, 1), 1)
+        out.append(("100 B records >= 1.5M rec/s, one producer", f"{rate:,.0f} rec/s", rate >= 1.5e6))
+        for rf, limit in ((1, 1.0), (3, 5.0)):
+            p99 = self.e2e_p99.get(rf)
+            p99 = p99 if p99 is not None else nan
+            out.append((f"e2e p99 < {limit:g} ms at 50% of peak, rf={rf}", f"{p99:.2f} ms", p99 < limit))
+        if self.rss:
+            before, after = self.rss
+            out.append(("broker memory flat over the long run", f"RSS {before:.0f} -> {after:.0f} MiB",
+                        after <= before * 1.5 + 64))
+        return out
+
     def table(self):
         lines = ["| section | shape | sluice | librdkafka | note |", "|---|---|---|---|---|"]
         for r in self.rows:
@@ -324,8 +390,8 @@ def rdkafka_produce_main(bootstrap, topic, n, size, acks):
         else:
             failed[0] += 1
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
-                  "batch.size": 1 << 20, "queue.buffering.max.kbytes": 1 << 20,
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": LINGER_MS,
+                  "batch.size": BATCH_SIZE, "queue.buffering.max.kbytes": 1 << 20,
                   "enable.idempotence": acks == "all"})
     value = b"x" * size
     start = time.perf_counter()
@@ -421,6 +487,10 @@ def main():
         if not args.no_cluster:
             r.cluster(folder)
     table = r.table()
+    targets = "\n".join(["| target | this run | met |", "|---|---|---|"] +
+                         [f"| {t} | {f} | {'yes' if ok else 'no'} |" for t, f, ok in r.targets()])
+    table = (f"Both producers use {BATCH_SIZE >> 20} MiB batches and linger.ms={LINGER_MS}; "
+             f"CPU-s/GB is the broker's.\n\n{table}\n\nIssue #14's targets, from this run:\n\n{targets}")
     print()
     print(table)
     if not args.no_docs and not args.smoke:
