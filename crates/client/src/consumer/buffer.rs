@@ -31,9 +31,17 @@ pub(super) struct PartitionState {
     /// No fetch before this instant (after an error).
     pub(super) retry_after: Option<Instant>,
     pub(super) high_watermark: i64,
+    /// `high_watermark` came from a fetch answer (it is 0 until then).
+    pub(super) high_watermark_known: bool,
 }
 
 impl PartitionState {
+    /// The last answer said there is nothing past where the next fetch
+    /// starts: a fetch of it alone would wait `fetch.max.wait.ms`.
+    fn caught_up(&self) -> bool {
+        self.high_watermark_known && self.fetch_position >= self.high_watermark
+    }
+
     pub(super) fn set_position(&mut self, offset: i64) {
         self.position = Some(offset);
         self.fetch_position = offset;
@@ -88,6 +96,7 @@ impl Consumer {
             match pf.result {
                 Ok(data) => {
                     s.high_watermark = data.high_watermark;
+                    s.high_watermark_known = true;
                     s.retry_after = None;
                     s.fetch_position = data.next_offset.max(s.fetch_position);
                     s.buffered_records += data.records.len();
@@ -171,7 +180,8 @@ impl Consumer {
     }
 
     /// Sends a fetch to every leader with fetchable partitions and no fetch
-    /// in flight.
+    /// in flight (one of only caught-up partitions waits while records are
+    /// buffered).
     pub(super) fn send_fetches(&mut self, md: &Metadata) {
         let now = Instant::now();
         let threshold = self.config.max_poll_records;
@@ -209,7 +219,26 @@ impl Consumer {
                 .insert(tp.clone(), md.leader_epoch(&tp.topic, tp.partition));
             plan.partitions.push((tp, offset));
         }
+        // A fetch holding only caught-up partitions waits on the broker
+        // for `fetch.max.wait.ms`, and no other fetch goes to that broker
+        // meanwhile: while the application still has buffered records,
+        // the partitions behind them (fetchable again once they drain
+        // below the threshold) would wait for it. Such a fetch goes out
+        // once nothing is buffered.
+        let busy = self
+            .partitions
+            .values()
+            .any(|s| !s.paused && s.buffered_records > 0);
         for (broker, plan) in plans {
+            if busy
+                && plan.partitions.iter().all(|(tp, _)| {
+                    self.partitions
+                        .get(tp)
+                        .is_some_and(PartitionState::caught_up)
+                })
+            {
+                continue;
+            }
             for (tp, _) in &plan.partitions {
                 if let Some(s) = self.partitions.get_mut(tp) {
                     s.in_flight = true;
@@ -225,5 +254,28 @@ impl Consumer {
                 let _ = tx.send(outcome);
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_is_caught_up_once_an_answer_says_nothing_is_past_its_fetch_position() {
+        let mut s = PartitionState::default();
+        assert!(
+            !s.caught_up(),
+            "never fetched: its high watermark is unknown"
+        );
+        s.high_watermark = 100;
+        s.high_watermark_known = true;
+        s.fetch_position = 40;
+        assert!(!s.caught_up());
+        s.fetch_position = 100;
+        assert!(s.caught_up());
+        // A seek back makes it fetchable with data again.
+        s.fetch_position = 0;
+        assert!(!s.caught_up());
     }
 }
