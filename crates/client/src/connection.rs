@@ -606,8 +606,18 @@ async fn read_frame(rd: &mut OwnedReadHalf) -> std::io::Result<Bytes> {
                 format!("bad response size {len}"),
             )
         })?;
-    let mut buf = vec![0u8; len];
-    rd.read_exact(&mut buf).await?;
+    // Read into the spare capacity: no zero-filling of a buffer the
+    // socket overwrites anyway (a fetch answer is up to fetch.max.bytes).
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < len {
+        // The spare capacity is exactly what is left of the frame.
+        if rd.read_buf(&mut buf).await? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("connection closed {} bytes into a {len}-byte response", buf.len()),
+            ));
+        }
+    }
     Ok(Bytes::from(buf))
 }
 
