@@ -178,14 +178,20 @@ class Runner:
             note += f"; iperf3 {iperf3():.0f} MB/s"
         self.row("limits", "loopback TCP", f"{self.loopback:.0f} MB/s", "", note)
         folder.mkdir(parents=True, exist_ok=True)
-        d = self.sluice("perf", "disk", "--dir", str(folder), "--bytes", nbytes, "--json")
-        ds = self.sluice("perf", "disk", "--dir", str(folder), "--bytes", nbytes, "--fdatasync", "--json")
+        # Best of two: the first write of a run also pays for reclaiming
+        # page cache that earlier work left (that cost moves between runs).
+        def disk(*extra):
+            runs = [self.sluice("perf", "disk", "--dir", str(folder), "--bytes", nbytes, *extra, "--json")
+                    for _ in range(2)]
+            return max(runs, key=lambda r: r["mb_per_sec"])
+        d = disk()
+        ds = disk("--fdatasync")
         self.disk = d["mb_per_sec"]
         self.disk_sync = ds["mb_per_sec"]
         # The kernel's own cost of writing a GB through the page cache: a
         # floor under the broker's CPU per GB ingested.
         self.disk_cpu_gb = d.get("cpu_s_per_gb")
-        self.row("limits", f"sequential write {int(self.args.limit_mb)} MiB", f"{self.disk:.0f} MB/s", "",
+        self.row("limits", f"sequential write {int(self.args.limit_mb)} MiB (best of 2)", f"{self.disk:.0f} MB/s", "",
                  cpu_note(d))
         self.row("limits", "  + fdatasync at the end", f"{self.disk_sync:.0f} MB/s", "", cpu_note(ds))
 
@@ -224,7 +230,6 @@ class Runner:
         try:
             self.server_pid = server.pid
             peak = None
-            consume_topic = None
             for size in (1024, 100):
                 for acks in ("1", "all"):
                     for partitions in (1, 16):
@@ -233,29 +238,34 @@ class Runner:
                             out = self.produce_pair(server.bootstrap, server.pid, size, acks, partitions,
                                                     producers, keep=shape == (1024, "1", 16, 1))
                             self.produced[shape] = out
-                            if (size, acks, partitions, producers) == (1024, "1", 1, 1):
+                            if shape == (1024, "1", 1, 1):
                                 peak = out["sluice"][1]
-                            if (size, acks, partitions, producers) == (1024, "1", 16, 1):
-                                consume_topic = (out["sluice"][5], out["sluice"][0])
-            topic, n = consume_topic
-            c = self.sluice("perf", "consume", "--topic", topic, "--num-records", str(n), "--json",
-                            "--bootstrap-server", server.bootstrap)
-            rk = confluent_consume(server.bootstrap, topic, n)
-            self.consume_mbs = c["mb_per_sec"]
-            self.row("consume", f"page cache, 1 KiB p=16, {n} records",
-                     f"{c['mb_per_sec']:.0f} MB/s ({100 * c['mb_per_sec'] / self.loopback:.0f}% of loopback)",
-                     f"{rk:.0f} MB/s")
+                            if shape == (1024, "1", 16, 1):
+                                # Read back at once, while it is in the page cache.
+                                self.consume(server.bootstrap, out["sluice"][5], out["sluice"][0])
+                                for client in out:
+                                    self.delete_topic(server.bootstrap, out[client][5])
             self.e2e(server.bootstrap, peak, "e2e", "1 node, 1 KiB acks=1 p=1")
             self.memory(server)
         finally:
             server.stop()
+
+    def consume(self, bootstrap, topic, n):
+        c = self.sluice("perf", "consume", "--topic", topic, "--num-records", str(n), "--json",
+                        "--bootstrap-server", bootstrap)
+        rk = confluent_consume(bootstrap, topic, n)
+        self.consume_mbs = c["mb_per_sec"]
+        self.row("consume", f"page cache, 1 KiB p=16, {n} records",
+                 f"{c['mb_per_sec']:.0f} MB/s ({100 * c['mb_per_sec'] / self.loopback:.0f}% of loopback)",
+                 f"{rk:.0f} MB/s")
 
     def e2e(self, bootstrap, peak, section, shape, rf=1):
         rate = max(int((peak or 2000) / 2), 100)
         n = max(min(rate * (2 if self.smoke else 10), 2_000_000), 200)
         topic = self.create_topic(bootstrap, 1, rf, ("min.insync.replicas=2",) if rf == 3 else ())
         r = self.sluice("perf", "e2e", "--topic", topic, "--num-records", str(n), "--record-size", "1024",
-                        "--throughput", str(rate), "--acks", "1" if rf == 1 else "all", "--json",
+                        "--throughput", str(rate), "--acks", "1" if rf == 1 else "all",
+                        "--batch-size", str(BATCH_SIZE), "--json",
                         "--bootstrap-server", bootstrap)
         lat = r.get("latency_ms") or {}
         self.e2e_p99[rf] = lat.get("p99")
