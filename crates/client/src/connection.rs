@@ -614,7 +614,10 @@ async fn read_frame(rd: &mut OwnedReadHalf) -> std::io::Result<Bytes> {
         if rd.read_buf(&mut buf).await? == 0 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::UnexpectedEof,
-                format!("connection closed {} bytes into a {len}-byte response", buf.len()),
+                format!(
+                    "connection closed {} bytes into a {len}-byte response",
+                    buf.len()
+                ),
             ));
         }
     }

@@ -19,9 +19,9 @@ use bytes::Bytes;
 use proto_kafka::messages::fetch_request::{FetchPartition, FetchTopic};
 use proto_kafka::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use proto_kafka::protocol::StrBytes;
-use sluice_protocol::record::batch::validate_crc;
-use sluice_protocol::record::codec::decode_batch;
-use sluice_protocol::record::{BatchIter, TimestampType};
+use sluice_protocol::record::batch::{validate_crc, HEADER_LEN};
+use sluice_protocol::record::codec::{decode_batch, for_each_record};
+use sluice_protocol::record::{BatchIter, Compression, TimestampType};
 
 use crate::admin::IsolationLevel;
 use crate::connection::{Connection, ConnectionConfig};
@@ -257,8 +257,8 @@ fn decode_partition(
                 aborted_producers.insert(pid);
             }
         }
-        let decoded = decode_batch(raw, MAX_DECOMPRESSED).map_err(|e| bad(e.to_string()))?;
         if header.is_control() {
+            let decoded = decode_batch(raw, MAX_DECOMPRESSED).map_err(|e| bad(e.to_string()))?;
             if read_committed {
                 let abort = decoded
                     .records
@@ -279,11 +279,23 @@ fn decode_partition(
         {
             continue;
         }
+        // Keys, values and header values are slices of the response frame
+        // (of the decompressed payload for a compressed batch): no copy.
+        let body = raw
+            .get(HEADER_LEN..header.total_size())
+            .ok_or_else(|| bad("record batch shorter than its header".into()))?;
+        let payload = match header.compression().map_err(|e| bad(e.to_string()))? {
+            Compression::None => bytes.slice_ref(body),
+            c => Bytes::from(
+                c.decompress(body, MAX_DECOMPRESSED)
+                    .map_err(|e| bad(e.to_string()))?,
+            ),
+        };
         let log_append = header.timestamp_type() == TimestampType::LogAppendTime;
-        for d in decoded.records {
-            let r = d.record;
+        let slice = |b: &[u8]| payload.slice_ref(b);
+        for_each_record(&header, &payload, |r| {
             if r.offset < fetch_offset {
-                continue;
+                return;
             }
             out.push_back(ConsumerRecord {
                 topic: tp.topic.clone(),
@@ -292,20 +304,16 @@ fn decode_partition(
                 timestamp: r.timestamp,
                 log_append_time: log_append,
                 leader_epoch: header.partition_leader_epoch,
-                key: r.key.map(Bytes::from),
-                value: r.value.map(Bytes::from),
+                key: r.key.map(slice),
+                value: r.value.map(slice),
                 headers: r
                     .headers
-                    .into_iter()
-                    .map(|h| {
-                        (
-                            String::from_utf8_lossy(&h.key).into_owned(),
-                            h.value.map(Bytes::from),
-                        )
-                    })
+                    .iter()
+                    .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), v.map(slice)))
                     .collect(),
             });
-        }
+        })
+        .map_err(|e| bad(e.to_string()))?;
     }
     Ok((out, next_offset))
 }

@@ -132,12 +132,12 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    fn nullable_bytes(&mut self) -> Result<Option<Vec<u8>>> {
+    fn nullable_slice(&mut self) -> Result<Option<&'a [u8]>> {
         let len = self.varint()?;
         if len < 0 {
             return Ok(None);
         }
-        Ok(Some(self.take(len as usize)?.to_vec()))
+        Ok(Some(self.take(len as usize)?))
     }
 
     fn byte(&mut self) -> Result<u8> {
@@ -162,75 +162,27 @@ pub fn decode_batch(batch_bytes: &[u8], limit: usize) -> Result<DecodedBatch> {
     } else {
         header.compression()?.decompress(body, limit)?
     };
-    let count = usize::try_from(header.records_count)
-        .map_err(|_| ProtocolError::InvalidBatch("negative record count".into()))?;
-    // Every record takes at least 7 bytes; refuse counts the payload cannot hold.
-    if count > payload.len() / 7 + 1 {
-        return Err(ProtocolError::InvalidBatch(format!(
-            "record count {count} exceeds what {} payload bytes can hold",
-            payload.len()
-        )));
-    }
-    let log_append = header.timestamp_type() == batch::TimestampType::LogAppendTime;
+    let count = record_count(&header, payload.len())?;
     let mut records = Vec::with_capacity(count);
-    let mut r = Reader {
-        buf: &payload,
-        pos: 0,
-    };
-    for _ in 0..count {
-        let start = r.pos;
-        let len = r.varint()?;
-        if len < 0 {
-            return Err(Reader::bad("negative record length"));
-        }
-        let body_start = r.pos;
-        let body = r.take(len as usize)?;
-        let mut rr = Reader { buf: body, pos: 0 };
-        let _attributes = rr.byte()?;
-        let ts_delta = rr.varlong()?;
-        let offset_delta = rr.varint()?;
-        let key = rr.nullable_bytes()?;
-        let value = rr.nullable_bytes()?;
-        let n_headers = rr.varint()?;
-        if n_headers < 0 || n_headers as usize > body.len() {
-            return Err(Reader::bad("invalid header count"));
-        }
-        let mut headers = Vec::with_capacity(n_headers as usize);
-        for _ in 0..n_headers {
-            let klen = rr.varint()?;
-            if klen < 0 {
-                return Err(Reader::bad("null header key"));
-            }
-            let key = rr.take(klen as usize)?.to_vec();
-            let value = rr.nullable_bytes()?;
-            headers.push(Header { key, value });
-        }
-        if rr.pos != body.len() {
-            return Err(Reader::bad("record length does not match its fields"));
-        }
-        debug_assert_eq!(body_start + body.len(), r.pos);
-        let timestamp = if log_append {
-            header.max_timestamp
-        } else {
-            header.base_timestamp.wrapping_add(ts_delta)
-        };
+    for_each_record(&header, &payload, |v| {
         records.push(DecodedRecord {
             record: Record {
-                offset: header.base_offset + i64::from(offset_delta),
-                timestamp,
-                key,
-                value,
-                headers,
+                offset: v.offset,
+                timestamp: v.timestamp,
+                key: v.key.map(<[u8]>::to_vec),
+                value: v.value.map(<[u8]>::to_vec),
+                headers: v
+                    .headers
+                    .iter()
+                    .map(|(k, v)| Header {
+                        key: k.to_vec(),
+                        value: v.map(<[u8]>::to_vec),
+                    })
+                    .collect(),
             },
-            raw: start..r.pos,
+            raw: v.raw,
         });
-    }
-    if r.pos != payload.len() {
-        return Err(ProtocolError::InvalidBatch(format!(
-            "{} bytes after the last record",
-            payload.len() - r.pos
-        )));
-    }
+    })?;
     Ok(DecodedBatch {
         header,
         payload,
@@ -416,6 +368,101 @@ impl BatchBuilder {
         seal(&fields, &mut self.payload)?;
         Ok(self.payload)
     }
+}
+
+/// The batch's record count, refused when negative or more than
+/// `payload_len` bytes can hold (every record takes at least 7 bytes).
+fn record_count(header: &BatchHeader, payload_len: usize) -> Result<usize> {
+    let count = usize::try_from(header.records_count)
+        .map_err(|_| ProtocolError::InvalidBatch("negative record count".into()))?;
+    if count > payload_len / 7 + 1 {
+        return Err(ProtocolError::InvalidBatch(format!(
+            "record count {count} exceeds what {payload_len} payload bytes can hold"
+        )));
+    }
+    Ok(count)
+}
+
+/// One record of a batch, borrowed from the batch's record payload (the
+/// decompressed bytes, or the batch body itself when uncompressed): what a
+/// reader slices its keys and values from without copying them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    /// Header keys and values, in order.
+    pub headers: Vec<(&'a [u8], Option<&'a [u8]>)>,
+    /// The record's bytes in the payload.
+    pub raw: std::ops::Range<usize>,
+}
+
+/// Decodes the `header.records_count` records of `payload` (a batch's
+/// uncompressed record bytes) in order, calling `f` with each. Fails on a
+/// count the payload cannot hold, a malformed record, or bytes after the
+/// last record.
+pub fn for_each_record<'a>(
+    header: &BatchHeader,
+    payload: &'a [u8],
+    mut f: impl FnMut(RecordView<'a>),
+) -> Result<()> {
+    let count = record_count(header, payload.len())?;
+    let log_append = header.timestamp_type() == batch::TimestampType::LogAppendTime;
+    let mut r = Reader {
+        buf: payload,
+        pos: 0,
+    };
+    for _ in 0..count {
+        let start = r.pos;
+        let len = r.varint()?;
+        if len < 0 {
+            return Err(Reader::bad("negative record length"));
+        }
+        let body = r.take(len as usize)?;
+        let mut rr = Reader { buf: body, pos: 0 };
+        let _attributes = rr.byte()?;
+        let ts_delta = rr.varlong()?;
+        let offset_delta = rr.varint()?;
+        let key = rr.nullable_slice()?;
+        let value = rr.nullable_slice()?;
+        let n_headers = rr.varint()?;
+        if n_headers < 0 || n_headers as usize > body.len() {
+            return Err(Reader::bad("invalid header count"));
+        }
+        let mut headers = Vec::with_capacity(n_headers as usize);
+        for _ in 0..n_headers {
+            let klen = rr.varint()?;
+            if klen < 0 {
+                return Err(Reader::bad("null header key"));
+            }
+            let key = rr.take(klen as usize)?;
+            headers.push((key, rr.nullable_slice()?));
+        }
+        if rr.pos != body.len() {
+            return Err(Reader::bad("record length does not match its fields"));
+        }
+        let timestamp = if log_append {
+            header.max_timestamp
+        } else {
+            header.base_timestamp.wrapping_add(ts_delta)
+        };
+        f(RecordView {
+            offset: header.base_offset + i64::from(offset_delta),
+            timestamp,
+            key,
+            value,
+            headers,
+            raw: start..r.pos,
+        });
+    }
+    if r.pos != payload.len() {
+        return Err(ProtocolError::InvalidBatch(format!(
+            "{} bytes after the last record",
+            payload.len() - r.pos
+        )));
+    }
+    Ok(())
 }
 
 /// Header fields for [`assemble`].
