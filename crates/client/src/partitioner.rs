@@ -19,7 +19,7 @@
 //! partitioning is disabled or no load statistics exist yet. Pure code: no
 //! network, no clock.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::hash::{BuildHasher, Hasher};
 
 /// Kafka's murmur2 (32-bit MurmurHash2, seed `0x9747b28c`) of `data`, as the
@@ -98,7 +98,7 @@ struct Sticky {
 #[derive(Debug)]
 pub struct Partitioner {
     batch_size: usize,
-    sticky: HashMap<String, Sticky>,
+    sticky: FxHashMap<String, Sticky>,
     rng: u64,
 }
 
@@ -117,7 +117,7 @@ impl Partitioner {
     pub fn with_seed(batch_size: usize, seed: u64) -> Self {
         Self {
             batch_size: batch_size.max(1),
-            sticky: HashMap::new(),
+            sticky: FxHashMap::default(),
             // xorshift must not start at 0.
             rng: seed | 1,
         }

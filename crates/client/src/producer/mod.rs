@@ -127,6 +127,8 @@ mod txn_offsets;
 pub use transaction::TransactionState;
 
 use std::collections::{BTreeSet, HashMap};
+
+use rustc_hash::FxHashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -450,9 +452,9 @@ struct State {
     acc: RecordAccumulator,
     partitioner: Partitioner,
     /// Partition count and partitions with a leader, per topic.
-    topics: HashMap<String, Arc<TopicPartitions>>,
+    topics: FxHashMap<String, Arc<TopicPartitions>>,
     /// Records per batch id.
-    pending: HashMap<BatchId, Vec<Pending>>,
+    pending: FxHashMap<BatchId, Vec<Pending>>,
     /// Drained batches not completed yet (queued for a broker, being
     /// written, or awaiting their response).
     in_flight: usize,
@@ -617,8 +619,8 @@ impl Producer {
             state: Mutex::new(State {
                 acc,
                 partitioner: Partitioner::new(config.batch_size),
-                topics: HashMap::new(),
-                pending: HashMap::new(),
+                topics: FxHashMap::default(),
+                pending: FxHashMap::default(),
                 in_flight: 0,
                 broker_requests: HashMap::new(),
                 partition_in_flight: HashMap::new(),
