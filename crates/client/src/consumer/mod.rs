@@ -17,7 +17,11 @@
 //! the next fetch to every leader that has none in flight, so the broker
 //! works while the application processes. Fetches run as background tasks on
 //! connections owned by the consumer; a partition whose buffer already holds
-//! `max.poll.records` records is not fetched again until it drains.
+//! `max.poll.records` records is not fetched again until it drains, and a
+//! fetch of only caught-up partitions (which would wait
+//! `fetch.max.wait.ms` on the broker and hold back every other fetch to
+//! it) waits until nothing is buffered. Fetched keys and values are slices
+//! of the response frame.
 //!
 //! Commits (sync, async and automatic) go through one queue per consumer
 //! and reach the coordinator one at a time in call order; asynchronous ones
@@ -163,6 +167,9 @@ pub struct Consumer {
     /// Commit (with auto commit) before the next join: set when a join
     /// completes, so a join spanning several polls commits once.
     join_prepare: bool,
+    /// `Some(open)` once [`Consumer::gate_rejoins`] was called: a join
+    /// starts only while open; it closes when a join completes.
+    rejoin_gate: Option<bool>,
     last_metadata: Instant,
     metadata_stale: bool,
     /// Current-leader hints from fetch errors (KIP-951), not applied yet.
@@ -227,6 +234,7 @@ impl Consumer {
             settings,
             auto_commit: None,
             join_prepare: true,
+            rejoin_gate: None,
             last_metadata: Instant::now(),
             metadata_stale: false,
             leader_hints: Vec::new(),
@@ -360,6 +368,26 @@ impl Consumer {
             g.link().state().subscribed = false;
         }
         Ok(())
+    }
+
+    /// From now on a rebalance waits for [`allow_rejoin`](Self::allow_rejoin):
+    /// `poll` returns no records instead of starting a join the
+    /// application has not allowed. For an application that must commit
+    /// (asynchronously) before its partitions are revoked, as Kafka
+    /// Streams does in `onPartitionsRevoked` inside the poll that joins:
+    /// the group can decide to rebalance between the application's
+    /// [`rebalance_pending`](Self::rebalance_pending) check and its poll.
+    pub fn gate_rejoins(&mut self) {
+        self.rejoin_gate = Some(false);
+    }
+
+    /// Lets the next poll start the pending join (see
+    /// [`gate_rejoins`](Self::gate_rejoins)); the gate closes again when
+    /// the join completes.
+    pub fn allow_rejoin(&mut self) {
+        if self.rejoin_gate.is_some() {
+            self.rejoin_gate = Some(true);
+        }
     }
 
     /// Whether the group needs a rebalance that the next [`poll`](Self::poll)
@@ -767,6 +795,11 @@ impl Consumer {
         if !self.group.as_ref().is_some_and(GroupMember::needs_join) {
             return Ok(true);
         }
+        // No join runs yet (`join_prepare`), and the application has not
+        // allowed one: it gets the chance to commit first.
+        if self.join_prepare && self.rejoin_gate == Some(false) {
+            return Ok(false);
+        }
         // onJoinPrepare: commit, then revoke (everything when eager; only
         // unsubscribed topics when cooperative).
         if std::mem::take(&mut self.join_prepare)
@@ -807,6 +840,9 @@ impl Consumer {
             return Ok(keep_consuming);
         };
         self.join_prepare = true;
+        if self.rejoin_gate.is_some() {
+            self.rejoin_gate = Some(false);
+        }
         let new: BTreeSet<TopicPartition> = joined.assignment.into_iter().collect();
         let old: BTreeSet<TopicPartition> = self.partitions.keys().cloned().collect();
         let revoked: Vec<TopicPartition> = old.difference(&new).cloned().collect();

@@ -3,8 +3,11 @@
 //! tasks it was assigned, and the loop that drives them.
 //!
 //! Each iteration: if the group is about to rebalance, commit first (the
-//! eager protocol revokes everything); poll; adopt a new assignment (close
-//! tasks that left, lock/restore/create new ones, re-seek kept ones to
+//! eager protocol revokes everything; the consumer's join waits for this,
+//! `Consumer::gate_rejoins`) and suspend the tasks: nothing is processed
+//! until the new assignment is adopted, since no commit can succeed
+//! meanwhile (Kafka suspends revoked tasks the same way); poll; adopt a new
+//! assignment (close tasks that left, lock/restore/create new ones, re-seek kept ones to
 //! where they were); hand records to their tasks; process until every task
 //! is idle; punctuate; send what the tasks produced; commit every
 //! `commit.interval.ms`: flush the tasks (caches and stores), flush the
@@ -169,6 +172,9 @@ pub(crate) struct StreamThread {
     /// Offset after the last record handed to a task, per partition.
     fetched: BTreeMap<TopicPartition, i64>,
     generation: i32,
+    /// A rebalance is running: the tasks were committed when it began and
+    /// are not processed until it ends.
+    suspended: bool,
     last_commit: Instant,
     last_purge: Instant,
     repartition_topics: BTreeSet<String>,
@@ -210,6 +216,8 @@ impl StreamThread {
         let topics: Vec<String> = ctx.topology.source_topics().into_iter().collect();
         let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
         consumer.subscribe(&refs)?;
+        // A join waits until this thread committed its tasks (run_once).
+        consumer.gate_rejoins();
         let mut pc = ProducerConfig::new(client.clone());
         pc.client.connection.client_id = format!("{}-producer", shared.name);
         let producer = Producer::new(pc).await?;
@@ -256,6 +264,7 @@ impl StreamThread {
             partition_task: BTreeMap::new(),
             fetched: BTreeMap::new(),
             generation: -1,
+            suspended: false,
             last_commit: Instant::now(),
             last_purge: Instant::now(),
             repartition_topics,
@@ -281,10 +290,16 @@ impl StreamThread {
     }
 
     async fn run_once(&mut self) -> Result<()> {
-        if self.consumer.rebalance_pending() {
+        if self.consumer.rebalance_pending() && !self.suspended {
+            // Once per rebalance, while the member still holds its
+            // generation: a commit during the join is refused
+            // (REBALANCE_IN_PROGRESS), so work done after this one would
+            // never be committed if its task moved or the thread stopped.
             if !self.tasks.is_empty() {
                 self.commit().await?;
             }
+            self.suspended = true;
+            self.consumer.allow_rejoin();
             if let Ok(sums) = self.ctx.state_dir.task_offset_sums() {
                 self.assignor_state().task_offset_sums = sums;
             }
@@ -294,8 +309,14 @@ impl StreamThread {
         }
         let records = self.consumer.poll(self.ctx.config.poll).await?;
         self.maybe_adopt_assignment().await?;
+        if self.suspended && !self.consumer.rebalance_pending() {
+            self.suspended = false;
+        }
         self.init_pending().await?;
         self.route(records)?;
+        if self.suspended {
+            return Ok(());
+        }
         self.process_all().await?;
         self.update_pauses()?;
         let commit_requested = self.tasks.values_mut().any(|a| a.task.commit_requested());
@@ -692,7 +713,9 @@ impl StreamThread {
     /// Commits (on a clean stop), closes every task and the clients.
     async fn shutdown(&mut self, clean: bool) -> Result<()> {
         let mut result = Ok(());
-        if clean && !self.tasks.is_empty() {
+        // Suspended tasks were committed when the rebalance began (a commit
+        // now would be refused).
+        if clean && !self.tasks.is_empty() && !self.suspended {
             result = self.commit().await;
         }
         let ids: Vec<TaskId> = self.tasks.keys().copied().collect();
