@@ -15,8 +15,17 @@ def test_bench_runner_smoke():
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--smoke", "--no-docs", "--bin", BIN],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    table = [line for line in out.stdout.splitlines() if line.startswith("| ")]
-    sections = {line.split("|")[1].strip() for line in table[1:]}
+    # The results table runs from its header to the first line that is not
+    # a table row; the targets table follows it.
+    lines = out.stdout.splitlines()
+    start = lines.index("| section | shape | sluice | librdkafka | note |")
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    assert "| target | this run | met |" in lines[start + len(table):], out.stdout[-3000:]
+    sections = {line.split("|")[1].strip() for line in table[2:]}
     assert sections == {"limits", "produce", "consume", "e2e", "memory", "rf=3"}, sections
     # 2 sizes x 2 acks x 2 partition counts x 2 producer counts, both clients.
     produce = [line for line in table if line.startswith("| produce |")]
