@@ -106,10 +106,15 @@ def test_commits_survive_restart(server_factory, tmp_path, sig):
         assert code == (0 if sig == signal.SIGTERM else -signal.SIGKILL)
 
         assert group_offsets(server, "with-metadata", topic) == before
-        c = consumer(server, "with-metadata")
-        assert [(tp.partition, tp.offset, tp.metadata) for tp in c.committed(
-            [TopicPartition(topic, p) for p in range(PARTS)], timeout=10)] == [
-            (p, 10 * (p + 1), f"note {p} ✓") for p in range(PARTS)]
+        # confluent-kafka reads a committed metadata string as NUL-terminated:
+        # one committed by another client (no trailing NUL, as above) comes
+        # back with whatever bytes follow it, and sometimes fails to decode
+        # (seen in CI). The kafka-python reads above check the metadata;
+        # confluent-kafka reads its own group's offsets back.
+        c = consumer(server, "resume")
+        assert {tp.partition: tp.offset for tp in c.committed(
+            [TopicPartition(topic, p) for p in range(PARTS)], timeout=10) if tp.offset >= 0} == {
+            p: o for p, o in committed.items() if o >= 0}
         c.close()
         assert group_offsets(server, "resume", topic) == {
             p: (o, "") for p, o in committed.items() if o >= 0}
