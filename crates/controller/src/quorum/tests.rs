@@ -371,6 +371,27 @@ async fn start(id: NodeId, dir: &Path, voters: &BTreeMap<NodeId, String>) -> Met
         .expect("start")
 }
 
+/// Three controllers on free loopback ports (bound, noted, released),
+/// each in its own folder: the voters and the running nodes.
+async fn start_three() -> (BTreeMap<NodeId, String>, Vec<Node>) {
+    let mut voters = BTreeMap::new();
+    for id in 1..=3u64 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        voters.insert(id, l.local_addr().expect("addr").to_string());
+    }
+    let mut nodes = Vec::new();
+    for id in 1..=3u64 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let quorum = start(id, dir.path(), &voters).await;
+        nodes.push(Node {
+            id,
+            dir,
+            quorum: Some(quorum),
+        });
+    }
+    (voters, nodes)
+}
+
 async fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     for _ in 0..400 {
         if let Some(v) = f() {
@@ -391,22 +412,7 @@ async fn three_controllers_elect_replicate_fail_over_and_catch_up() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    // Free ports: bind, note, release.
-    let mut voters = BTreeMap::new();
-    for id in 1..=3u64 {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        voters.insert(id, l.local_addr().expect("addr").to_string());
-    }
-    let mut nodes = Vec::new();
-    for id in 1..=3u64 {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let quorum = start(id, dir.path(), &voters).await;
-        nodes.push(Node {
-            id,
-            dir,
-            quorum: Some(quorum),
-        });
-    }
+    let (voters, mut nodes) = start_three().await;
     let q = |nodes: &[Node], id: NodeId| -> usize {
         nodes.iter().position(|n| n.id == id).expect("node")
     };
@@ -662,23 +668,19 @@ async fn an_observer_joins_as_a_learner_follows_the_log_and_forwards_its_writes(
 /// in its term.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_that_hears_a_majority_refuses_a_disruptive_candidate() {
-    let mut voters = BTreeMap::new();
-    for id in 1..=3u64 {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        voters.insert(id, l.local_addr().expect("addr").to_string());
-    }
-    let mut nodes = Vec::new();
-    for id in 1..=3u64 {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let quorum = start(id, dir.path(), &voters).await;
-        nodes.push((dir, quorum));
-    }
+    let (voters, mut nodes) = start_three().await;
     let leader = nodes[0]
-        .1
+        .quorum
+        .as_ref()
+        .expect("up")
         .wait_for_leader(Duration::from_secs(10))
         .await
         .expect("a leader");
-    let quorum = &nodes[usize::try_from(leader).expect("id") - 1].1;
+    let quorum = nodes
+        .iter()
+        .find(|n| n.id == leader)
+        .and_then(|n| n.quorum.as_ref())
+        .expect("the leader node");
     // Past the lease openraft keeps after an election (its election
     // timeout's maximum, 600 ms here).
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -703,7 +705,9 @@ async fn a_leader_that_hears_a_majority_refuses_a_disruptive_candidate() {
         (m.state, m.current_term),
         (openraft::ServerState::Leader, term)
     );
-    for (_, q) in nodes {
-        q.shutdown().await.expect("shutdown");
+    for n in &mut nodes {
+        if let Some(q) = n.quorum.take() {
+            q.shutdown().await.expect("shutdown");
+        }
     }
 }
