@@ -40,6 +40,10 @@ if [[ ! -d tests/kafkajs/node_modules/kafkajs ]]; then
   fi
 fi
 
+# A failing test's panic message stays short: CI keeps only the head and
+# the tail of long output, and a backtrace would push the message out.
+export RUST_BACKTRACE=0
+
 # Benchmarks must keep compiling; they are run by `cargo bench`, not here.
 cargo test --workspace --benches --no-run
 cargo test --workspace

@@ -52,6 +52,38 @@ async fn fetch(b: &Arc<Broker>, group: &str) -> (i16, i64) {
     (r.error_code, r.topics[0].partitions[0].committed_offset)
 }
 
+/// Error codes a Kafka client retries here: the request timed out
+/// waiting for the ISR, the coordinator is loading or not yet known, or
+/// the ISR is short while it shrinks.
+const RETRIABLE: [ResponseError; 5] = [
+    ResponseError::RequestTimedOut,
+    ResponseError::CoordinatorLoadInProgress,
+    ResponseError::CoordinatorNotAvailable,
+    ResponseError::NotEnoughReplicas,
+    ResponseError::NotEnoughReplicasAfterAppend,
+];
+
+/// Runs `call` until its error code is not retriable (as a client would,
+/// for up to 40 s) and returns that code and value.
+async fn retrying<T, F, Fut>(what: &str, mut call: F) -> (i16, T)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (i16, T)>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    loop {
+        let (code, value) = call().await;
+        let retriable = RETRIABLE.iter().any(|e| e.code() == code);
+        if !retriable || std::time::Instant::now() > deadline {
+            if retriable {
+                eprintln!("{what}: still retriable error {code} after 40 s");
+            }
+            return (code, value);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// The running nodes other than `id`.
 fn others(nodes: &[Option<Node>], id: i32) -> Vec<Arc<Broker>> {
     (1..=3)
@@ -84,7 +116,10 @@ async fn the_group_coordinator_moves_with_its_partition_and_commits_survive() {
     let p = first.groups.partition_for(&first, "g");
     assert_eq!(offsets.partitions[&p].leader, coordinator);
     for b in others(&nodes, coordinator) {
-        assert_eq!(find(&b, "g").await, (0, coordinator));
+        // A node whose metadata has not caught up yet answers
+        // COORDINATOR_NOT_AVAILABLE.
+        let found = retrying("find on another node", || async { find(&b, "g").await }).await;
+        assert_eq!(found, (0, coordinator), "another node's FindCoordinator");
         assert_eq!(
             commit(&b, "g", 1).await,
             ResponseError::NotCoordinator.code()
@@ -97,8 +132,9 @@ async fn the_group_coordinator_moves_with_its_partition_and_commits_survive() {
         c.partition(CONSUMER_OFFSETS_TOPIC, p).is_some()
     })
     .await;
-    assert_eq!(commit(&c, "g", 42).await, 0);
-    assert_eq!(fetch(&c, "g").await, (0, 42));
+    let (code, ()) = retrying("first commit", || async { (commit(&c, "g", 42).await, ()) }).await;
+    assert_eq!(code, 0, "the first commit");
+    assert_eq!(fetch(&c, "g").await, (0, 42), "the coordinator's fetch");
     drop(c);
 
     // Its node stops: a survivor becomes the coordinator and has the
@@ -123,8 +159,13 @@ async fn the_group_coordinator_moves_with_its_partition_and_commits_survive() {
         "no new coordinator: {moved:?}"
     );
     let next = node(&nodes, moved.1);
-    assert_eq!(fetch(&next, "g").await, (0, 42));
-    assert_eq!(commit(&next, "g", 43).await, 0);
+    let fetched = retrying("fetch on the new coordinator", || fetch(&next, "g")).await;
+    assert_eq!(fetched, (0, 42), "the new coordinator's fetch");
+    let (code, ()) = retrying("commit on the new coordinator", || async {
+        (commit(&next, "g", 43).await, ())
+    })
+    .await;
+    assert_eq!(code, 0, "the commit on the new coordinator");
 
     // The old node comes back as a follower: it does not coordinate, and
     // the group's offsets are the new coordinator's.
@@ -147,12 +188,18 @@ async fn the_group_coordinator_moves_with_its_partition_and_commits_survive() {
         "the old node's view: {:?}",
         state()
     );
-    assert_eq!(find(&back, "g").await, (0, moved.1));
+    assert_eq!(
+        find(&back, "g").await,
+        (0, moved.1),
+        "the old node's FindCoordinator"
+    );
     assert_eq!(
         commit(&back, "g", 7).await,
-        ResponseError::NotCoordinator.code()
+        ResponseError::NotCoordinator.code(),
+        "a commit on the old node"
     );
-    assert_eq!(fetch(&next, "g").await, (0, 43));
+    let fetched = retrying("the last fetch", || fetch(&next, "g")).await;
+    assert_eq!(fetched, (0, 43), "the new coordinator keeps its offsets");
 
     drop((survivor, next, back));
     for n in nodes.into_iter().flatten() {
