@@ -52,4 +52,4 @@ cargo test --workspace
 cargo build -p sluice-cli
 cargo build -p sluice-streams --examples   # tests/compat/test_streams.py runs word_count
 export SLUICETEST_BIN="$PWD/target/debug/sluice"
-"$VENV/bin/python" -m pytest tests/compat -q -p no:cacheprovider
+"$VENV/bin/python" -m pytest tests/compat -q -p no:cacheprovider --durations=20
