@@ -46,10 +46,15 @@ export RUST_BACKTRACE=0
 
 # Benchmarks must keep compiling; they are run by `cargo bench`, not here.
 cargo test --workspace --benches --no-run
+# `cargo test` also builds the `sluice` binary and the examples (one
+# build: a separate `cargo build -p ...` resolves other features and
+# compiles the dependencies again).
 cargo test --workspace
 
-# Compatibility: unmodified Kafka clients against the real binary.
-cargo build -p sluice-cli
-cargo build -p sluice-streams --examples   # tests/compat/test_streams.py runs word_count
+# Compatibility: unmodified Kafka clients against the real binary, and
+# tests/compat/test_streams.py runs the word_count example.
+for built in target/debug/sluice target/debug/examples/word_count; do
+  [[ -x $built ]] || { echo "test.sh: cargo test did not build $built" >&2; exit 1; }
+done
 export SLUICETEST_BIN="$PWD/target/debug/sluice"
 "$VENV/bin/python" -m pytest tests/compat -q -p no:cacheprovider --durations=20

@@ -17,10 +17,44 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = os.environ.get("SLUICETEST_BIN", str(ROOT / "target" / "debug" / "sluice"))
 
 
+def _port_range():
+    """Ports below the kernel's ephemeral range (ip_local_port_range): an
+    outgoing connection never takes one of them as its local port, so a
+    node restarted on its old port finds it free. Falls back to the
+    kernel's choice when the ephemeral range leaves no room below it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if low < 12_000:
+        return None
+    return range(low - 10_000, low)
+
+
+_PORTS = _port_range()
+_next_port = [None]
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port on 127.0.0.1 that nothing listens on and that this process
+    has not handed out before."""
+    if _PORTS is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    if _next_port[0] is None:
+        _next_port[0] = (os.getpid() * 7919) % len(_PORTS)
+    for _ in range(len(_PORTS)):
+        port = _PORTS[_next_port[0] % len(_PORTS)]
+        _next_port[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 class Server:

@@ -32,7 +32,7 @@ VOCAB = [f"w{i:02d}" for i in range(40)]
 class Instance:
     def __init__(self, server, state_dir):
         assert Path(EXAMPLE).exists(), (
-            f"{EXAMPLE} is missing: cargo build -p sluice-streams --examples (scripts/test.sh does)")
+            f"{EXAMPLE} is missing: cargo test --workspace (scripts/test.sh) or cargo build -p sluice-streams --examples builds it")
         self.log = open(state_dir.parent / f"{state_dir.name}.log", "wb")
         self.log_path = Path(self.log.name)
         self.proc = subprocess.Popen(

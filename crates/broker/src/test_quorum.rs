@@ -18,11 +18,9 @@ pub(crate) async fn eventually(what: &str, f: impl FnMut() -> bool) {
     eventually_within(40_000, what, f).await
 }
 
-/// A free port on 127.0.0.1.
-pub(crate) fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
+/// A free port on 127.0.0.1, below the ephemeral range (so a node
+/// restarted on its port finds it free).
+pub(crate) use sluice_testkit::free_port;
 
 /// Waits up to `max_ms` (in 25 ms steps) for `f`; panics naming `what`.
 pub(crate) async fn eventually_within(max_ms: u64, what: &str, mut f: impl FnMut() -> bool) {

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -24,12 +24,9 @@ impl Drop for Server {
     }
 }
 
-pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    l.local_addr()
-        .unwrap_or_else(|e| panic!("local_addr: {e}"))
-        .port()
-}
+/// A free port on 127.0.0.1, below the ephemeral range (so a server
+/// restarted on its port finds it free).
+pub use sluice_testkit::free_port;
 
 pub fn start_server() -> Server {
     start_server_with(&[])

@@ -24,10 +24,9 @@ pub struct TestServer {
 }
 
 /// A port nothing listens on (at the time of the call).
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
+/// A free port on 127.0.0.1, below the ephemeral range (so a server
+/// restarted on its port finds it free).
+pub use sluice_testkit::free_port;
 
 /// Starts a broker with the default configuration.
 pub async fn start() -> TestServer {

@@ -376,8 +376,7 @@ async fn start(id: NodeId, dir: &Path, voters: &BTreeMap<NodeId, String>) -> Met
 async fn start_three() -> (BTreeMap<NodeId, String>, Vec<Node>) {
     let mut voters = BTreeMap::new();
     for id in 1..=3u64 {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        voters.insert(id, l.local_addr().expect("addr").to_string());
+        voters.insert(id, format!("127.0.0.1:{}", sluice_testkit::free_port()));
     }
     let mut nodes = Vec::new();
     for id in 1..=3u64 {
@@ -584,8 +583,7 @@ async fn start_observer(
 async fn an_observer_joins_as_a_learner_follows_the_log_and_forwards_its_writes() {
     let mut voters = BTreeMap::new();
     for id in 1..=3u64 {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        voters.insert(id, l.local_addr().expect("addr").to_string());
+        voters.insert(id, format!("127.0.0.1:{}", sluice_testkit::free_port()));
     }
     let dirs: Vec<_> = (0..5)
         .map(|_| tempfile::tempdir().expect("tempdir"))
