@@ -392,10 +392,11 @@ mod tests {
         for _ in 0..50 {
             conns.push(partial_frame(srv.addr, 100 * MIB, 20_000).await);
         }
-        // Each buffer is 16 KiB, doubled once to 32 KiB for 20,000 bytes:
-        // not the 100 MiB announced.
-        let held = wait_held(&srv.memory, |h| h == 50 * 32 * 1024).await;
-        assert_eq!(held, 50 * 32 * 1024);
+        // Each buffer is 16 KiB, grown once (eightfold, see
+        // `next_body_capacity`) to 128 KiB for 20,000 bytes: not the
+        // 100 MiB announced.
+        let held = wait_held(&srv.memory, |h| h == 50 * 128 * 1024).await;
+        assert_eq!(held, 50 * 128 * 1024);
         still_serves(srv.addr).await;
         drop(conns);
         wait_held(&srv.memory, |h| h == 0).await;
