@@ -193,7 +193,14 @@ def test_kafka_clients_read_by_sluice_consume(server, client, codec):
     produce = kafka_python_produce if client == "kafka-python" else confluent_produce
     sent = produce(server, topic, codec, n)
     assert len(sent) == n
-    assert segment_codecs(server, topic, partitions) == {codec}
+    codecs = segment_codecs(server, topic, partitions)
+    if codec == "none":
+        assert codecs == {"none"}
+    else:
+        # kafka-python (DefaultRecordBatchBuilder._maybe_compress) sends a
+        # batch uncompressed when compressing would not make it smaller,
+        # as a batch of one short record can be when linger.ms cuts it.
+        assert codec in codecs and codecs <= {codec, "none"}, codecs
 
     recs = cli.consume_json(server, topic, n)
     got = {}
