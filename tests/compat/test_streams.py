@@ -53,6 +53,13 @@ class Instance:
         return code
 
 
+def last_state(instance):
+    """The state an instance last printed ("state X -> Y" lines), or None."""
+    states = [line.rsplit("-> ", 1)[1].strip() for line in instance.output().splitlines()
+              if line.startswith("state ") and "-> " in line]
+    return states[-1] if states else None
+
+
 def produce_lines(server, rng, n, reference):
     p = Producer({"bootstrap.servers": server.bootstrap, "linger.ms": 5})
     for _ in range(n):
@@ -129,7 +136,12 @@ def test_word_count_instances_share_tasks_and_survive_a_sigkill(server_factory, 
     b = Instance(server, tmp_path / "state-b")
     out = OutputReader(server)
     out.until("the first 2000 lines", lambda c: c == dict(reference))
-    assert "-> Running" in a.output() and "-> Running" in b.output(), (a.output(), b.output())
+    # A may count everything before B's join completes: wait for the
+    # group to settle with both instances running.
+    settle_deadline = time.time() + 60
+    while not all(last_state(i) == "Running" for i in (a, b)):
+        assert time.time() < settle_deadline, (a.output(), b.output())
+        time.sleep(0.2)
 
     # More input; A dies while it is being processed.
     produce_lines(server, rng, 4000, reference)
