@@ -118,7 +118,7 @@ async fn the_group_coordinator_moves_with_its_partition_and_commits_survive() {
     for b in others(&nodes, coordinator) {
         // A node whose metadata has not caught up yet answers
         // COORDINATOR_NOT_AVAILABLE.
-        let found = retrying("find on another node", || async { find(&b, "g").await }).await;
+        let found = retrying("find on another node", || find(&b, "g")).await;
         assert_eq!(found, (0, coordinator), "another node's FindCoordinator");
         assert_eq!(
             commit(&b, "g", 1).await,
