@@ -7,7 +7,8 @@ replication factor 3 and `min.insync.replicas=2`, and the Jepsen workload
 of jepsen.py (confluent-kafka and sluice-client idempotent acks=all
 producers, a confluent-kafka consumer group). Then, round after round, a
 random node gets a random fault for a random 1 to 5 s: SIGKILL (then a
-restart), SIGSTOP (then SIGCONT), its links dropped, or its links
+restart), SIGSTOP (then SIGCONT), all its links dropped or black-holed
+(isolated in both directions), or its link to one other node dropped or
 black-holed; between rounds the cluster must get every replica back in
 sync. At the end the Jepsen checks run over the log. Exits 0 when they
 hold; prints the seed, so a failing run can be replayed.
@@ -28,7 +29,7 @@ from confluent_kafka.admin import NewTopic  # noqa: E402
 from cluster import Cluster  # noqa: E402
 from jepsen import PARTITIONS, TOPIC, ConfluentProducer, GroupConsumer, SluiceProducer, check  # noqa: E402
 
-FAULTS = ("kill", "pause", "drop", "blackhole")
+FAULTS = ("kill", "pause", "drop", "blackhole", "link")
 
 
 def run(rounds, seed, folder, say=print):
@@ -51,8 +52,11 @@ def run(rounds, seed, folder, say=print):
             node = cluster.nodes[rng.randint(1, 3)]
             fault = rng.choice(FAULTS)
             hold = rng.uniform(1.0, 5.0)
-            say(f"round {r + 1}: {fault} node {node.id} for {hold:.1f} s "
-                f"(acked so far {len(confluent.acked)})")
+            other = rng.choice([i for i in cluster.nodes if i != node.id])
+            mode = rng.choice(("drop", "blackhole"))
+            what = f"{mode} the link of node {node.id} to node {other}" if fault == "link" \
+                else f"{fault} node {node.id}"
+            say(f"round {r + 1}: {what} for {hold:.1f} s (acked so far {len(confluent.acked)})")
             if fault == "kill":
                 node.kill()
                 time.sleep(hold)
@@ -61,10 +65,14 @@ def run(rounds, seed, folder, say=print):
                 node.signal(signal.SIGSTOP)
                 time.sleep(hold)
                 node.signal(signal.SIGCONT)
-            else:
-                node.cut(fault)
+            elif fault == "link":
+                cluster.cut_link(node.id, other, mode)
                 time.sleep(hold)
-                node.heal()
+                cluster.heal()
+            else:
+                cluster.isolate(node.id, fault)
+                time.sleep(hold)
+                cluster.heal()
             cluster.wait_full_isr(TOPIC, PARTITIONS, timeout=120)
         elapsed = time.time() - started
         acked = len(confluent.acked)

@@ -10,8 +10,11 @@ follower behind for `replica.lag.time.max.ms` (3 s) leaves the ISR.
 With `proxied=True` every node's broker and controller listeners are
 reached by the other nodes (and by clients after bootstrap) through a
 tests/compat/netproxy.py proxy of its own: the advertised listener and
-the `controller.quorum.voters` addresses are the proxies', so cutting a
-node's proxies cuts every link into it while the node runs on."""
+the `controller.quorum.voters` addresses are the proxies'. A proxy knows
+which node opened each connection (the process owning its socket), so
+`isolate` cuts every link of a node in both directions (what it opens to
+the others and what they and clients open to it) and `cut_link` cuts
+the two directions between two nodes, while the nodes run on."""
 import os
 import signal
 import socket
@@ -24,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 
 import wire
 from conftest import BIN, free_port
-from netproxy import Proxy
+from netproxy import Proxy, process_of
 
 SESSION_TIMEOUT_MS = 3000
 LAG_TIME_MS = 3000
@@ -128,15 +131,6 @@ class Node:
         except OSError:
             return ""
 
-    def cut(self, mode):
-        """Cuts every link into this node ("drop" or "blackhole")."""
-        for p in self.proxies:
-            p.cut(mode)
-
-    def heal(self):
-        for p in self.proxies:
-            p.heal()
-
     def view(self, topic):
         """This node's own answer to Metadata v1 for `topic`:
         {partition: (leader, replicas, isr)} (each node answers from its
@@ -198,7 +192,8 @@ class Cluster:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         ports = [(free_port(), free_port()) for _ in range(3)]
-        proxies = [(Proxy(b), Proxy(c)) if proxied else () for b, c in ports]
+        proxies = [(Proxy(b, self.node_of), Proxy(c, self.node_of)) if proxied else ()
+                   for b, c in ports]
         voters = ",".join(f"{i + 1}@127.0.0.1:{proxies[i][1].port if proxied else c}"
                           for i, (_, c) in enumerate(ports))
         self.nodes = {i + 1: Node(i + 1, folder, b, c, voters, extra or {}, proxies[i])
@@ -207,6 +202,44 @@ class Cluster:
     @property
     def bootstrap(self):
         return ",".join(n.bootstrap for n in self.nodes.values())
+
+    def node_of(self, peer_port, proxy_port):
+        """The id of the node whose process opened a proxied connection
+        from `peer_port` to `proxy_port` (None: a client)."""
+        pids = {n.proc.pid: n.id for n in getattr(self, "nodes", {}).values() if n.running()}
+        pid = process_of(peer_port, proxy_port, pids) if pids else None
+        return pids.get(pid)
+
+    def isolate(self, node_id, mode):
+        """Cuts every link of `node_id` ("drop" or "blackhole"): all
+        connections to it through its proxies (clients' too) and the
+        connections it opens to the other nodes. Only a client that
+        bypasses the proxies still reaches it."""
+        for n in self.nodes.values():
+            for p in n.proxies:
+                p.cut(mode, None if n.id == node_id else [node_id])
+
+    def cut_link(self, a, b, mode):
+        """Cuts both directions between nodes `a` and `b`."""
+        for x, y in ((a, b), (b, a)):
+            for p in self.nodes[x].proxies:
+                p.cut(mode, [y])
+
+    def links(self):
+        """The open proxied connections between nodes, as a set of
+        (from node, to node)."""
+        out = set()
+        for n in self.nodes.values():
+            for p in n.proxies:
+                with p.lock:
+                    out.update((label, n.id) for label, _, _ in p.pairs if label is not None)
+        return out
+
+    def heal(self):
+        """Ends every cut."""
+        for n in self.nodes.values():
+            for p in n.proxies:
+                p.heal()
 
     def start(self, timeout=60):
         for n in self.nodes.values():

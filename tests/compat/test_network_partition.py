@@ -1,12 +1,14 @@
 """Network faults between the nodes of a three-node cluster (issue #13).
 
-Every link into a node goes through a TCP proxy of the test
-(tests/compat/netproxy.py; cluster.py `proxied=True`). The leader of a
-replication factor 3, `min.insync.replicas=2` partition is cut off
-(black-holed: nothing in, no error) while it runs on; the test then writes
-to it directly with acks=all, as a client that still reaches it would,
-while a confluent-kafka producer writes through the proxies. After the
-link heals:
+Every link between nodes, and from clients to nodes, goes through a TCP
+proxy of the test (tests/compat/netproxy.py; cluster.py `proxied=True`),
+which knows which node opened each connection. The leader of a
+replication factor 3, `min.insync.replicas=2` partition is isolated
+(black-holed in both directions: it reaches no node, no node and no
+proxied client reaches it, and nobody gets an error) while it runs on; the
+test then writes to it directly with acks=all, as a client that still
+reaches it would, while a confluent-kafka producer writes through the
+proxies. After the links heal:
 
 - the isolated old leader acknowledged nothing that is not in the log
   (it cannot: its followers do not fetch and it cannot shrink its ISR
@@ -14,9 +16,12 @@ link heals:
 - every record the confluent-kafka producer had acknowledged is in the log
   at its offset, and nothing is there twice.
 
-Then the quorum leader's links are dropped (connections reset and
-refused) for longer than the session timeout, and healed: the cluster goes
-on with a new quorum leader and loses nothing.
+Then only the link between a partition's leader and one of its followers
+is dropped (both directions): the follower leaves the ISR, acks=all goes
+on with the two others, and it comes back once the link heals. Last, the
+quorum leader is isolated (connections reset and refused) for longer than
+the session timeout, and healed: the cluster goes on with a new quorum
+leader and loses nothing.
 """
 import struct
 import time
@@ -92,7 +97,12 @@ def test_an_isolated_leader_acknowledges_nothing_that_is_lost(tmp_path):
         partition, leader = next((p, cluster.partition(TOPIC, p)[0]) for p in range(PARTITIONS)
                                  if cluster.partition(TOPIC, p)[0] != controller)
         isolated = cluster.nodes[leader]
-        isolated.cut("blackhole")
+        # The proxies tell the nodes apart: the old leader's own links are
+        # among those cut (followers fetch from it; it talks to the quorum).
+        cluster.wait_for(lambda: any(leader in link for link in cluster.links()),
+                         f"a proxied link of node {leader} to another node")
+        print(f"links between nodes before the cut: {sorted(cluster.links())}")
+        cluster.isolate(leader, "blackhole")
         direct = []  # (value, outcome)
         others = [n for n in cluster.nodes.values() if n.id != leader]
         deadline = time.time() + 60
@@ -106,16 +116,32 @@ def test_an_isolated_leader_acknowledges_nothing_that_is_lost(tmp_path):
             "no new leader while the old one is cut off"
         acked_before = len(producer.acked)
         cluster.wait_for(lambda: len(producer.acked) > acked_before + 300, "acks=all on the new leader")
-        isolated.heal()
+        cluster.heal()
+        cluster.wait_full_isr(TOPIC, PARTITIONS)
+
+        # One link, between a partition's leader and a follower (neither
+        # the quorum leader when the placement allows it), is dropped.
+        controller = cluster.metadata().controller_id
+        leaders = {p: cluster.partition(TOPIC, p)[0] for p in range(PARTITIONS)}
+        linked = next((p for p, lead in leaders.items() if lead != controller), 0)
+        lead = leaders[linked]
+        follower = next(r for r in cluster.partition(TOPIC, linked)[1]
+                        if r != lead and (r != controller or lead == controller))
+        cluster.cut_link(lead, follower, "drop")
+        cluster.wait_for(lambda: follower not in cluster.partition(TOPIC, linked)[2],
+                         f"node {follower} leaving the ISR of partition {linked} (link to leader {lead} cut)")
+        acked_before = len(producer.acked)
+        cluster.wait_for(lambda: len(producer.acked) > acked_before + 300, "acks=all with one link cut")
+        cluster.heal()
         cluster.wait_full_isr(TOPIC, PARTITIONS)
 
         # The quorum leader's links are dropped past the session timeout.
-        quorum_leader = cluster.nodes[cluster.metadata().controller_id]
-        quorum_leader.cut("drop")
+        quorum_leader = cluster.metadata().controller_id
+        cluster.isolate(quorum_leader, "drop")
         time.sleep(SESSION_TIMEOUT_MS / 1000 + 2)
         acked_before = len(producer.acked)
         cluster.wait_for(lambda: len(producer.acked) > acked_before + 300, "acks=all without the old quorum leader")
-        quorum_leader.heal()
+        cluster.heal()
         cluster.wait_full_isr(TOPIC, PARTITIONS)
 
         producer.stop.set()
