@@ -17,12 +17,15 @@ SIGKILLs the metadata quorum's leader and restarts it. Afterwards:
 - each consumer's polls of a partition move forward between rebalances;
 - the group's committed offsets are at least those whose commit was
   acknowledged (they survive the loss of the coordinator's node).
+
+Before the faults, every node reports one cluster id (they format apart on
+first start from the same `controller.quorum.voters`).
 """
 import signal
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from cluster import LAG_TIME_MS, Cluster
 from jepsen import PARTITIONS, TOPIC, ConfluentProducer, GroupConsumer, SluiceProducer, check
@@ -31,6 +34,11 @@ from jepsen import PARTITIONS, TOPIC, ConfluentProducer, GroupConsumer, SluicePr
 def test_no_acknowledged_record_is_lost_across_kills_pauses_and_controller_failover(tmp_path):
     cluster = Cluster(tmp_path).start()
     try:
+        # The nodes formatted apart on first start, and are one cluster.
+        ids = {n.id: AdminClient({"bootstrap.servers": n.bootstrap}).list_topics(timeout=10).cluster_id
+               for n in cluster.nodes.values()}
+        assert len(set(ids.values())) == 1, f"every node reports one cluster id: {ids}"
+
         admin = cluster.admin()
         futures = admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})])
         futures[TOPIC].result(30)

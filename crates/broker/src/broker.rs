@@ -2,6 +2,7 @@
 //! metadata image, and topic creation and deletion (what CreateTopics,
 //! DeleteTopics and auto topic creation share).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -46,6 +47,8 @@ pub(crate) struct ClusterBroker {
     pub host: String,
     pub port: i32,
     pub rack: Option<String>,
+    /// Registered but fenced (listed only when asked for).
+    pub fenced: bool,
 }
 
 /// The running broker (single node: also its own controller).
@@ -99,7 +102,7 @@ impl Broker {
             formatted.push(dir.clone());
         }
         let node_id = config.node_id();
-        let cluster_id = format_dirs(&formatted, node_id)?;
+        let cluster_id = format_dirs(&formatted, node_id, &config.quorum_voters()?)?;
         tracing::info!(log_dirs = ?log_dirs, metadata_log_dir = %dir.display(), %cluster_id, node_id, "data folders ready");
         let settings = crate::config::Settings::from_config(&config)?;
         let defaults = config.log_config()?;
@@ -217,14 +220,22 @@ impl Broker {
     /// node, and with the metadata quorum every registered broker that is
     /// not fenced, at its listener named like the one this node serves.
     pub(crate) fn cluster_brokers(&self) -> Vec<ClusterBroker> {
+        self.registered_brokers(false)
+    }
+
+    /// Like [`cluster_brokers`](Self::cluster_brokers), with the fenced
+    /// brokers too when `include_fenced` (DescribeCluster v2's
+    /// `IncludeFencedBrokers`).
+    pub(crate) fn registered_brokers(&self, include_fenced: bool) -> Vec<ClusterBroker> {
         let mut out = vec![ClusterBroker {
             id: self.node_id,
             host: self.advertised.host.clone(),
             port: i32::from(self.advertised.port),
             rack: self.rack(),
+            fenced: false,
         }];
         for b in self.image().brokers() {
-            if b.id == self.node_id || b.fenced {
+            if b.id == self.node_id || (b.fenced && !include_fenced) {
                 continue;
             }
             let endpoint = b
@@ -238,6 +249,7 @@ impl Broker {
                     host: e.host.clone(),
                     port: i32::from(e.port),
                     rack: b.rack.clone(),
+                    fenced: b.fenced,
                 });
             }
         }
@@ -824,10 +836,18 @@ pub(crate) fn validate_topic_name(name: &str) -> std::result::Result<(), ApiErro
 /// Formats the data folders and the metadata log folder (Kafka's
 /// `meta.properties`, KIP-858): every folder carries the same `cluster.id`
 /// and `node.id` and its own `directory.id`. Folders formatted before keep
-/// theirs; a new folder joins with the cluster id of the others (a fresh
-/// one when none has one). Folders of different clusters or nodes, or two
+/// theirs; a new folder joins with the cluster id of the others. When no
+/// folder has one, the node is new: a node of a metadata quorum takes the
+/// id of its `controller.quorum.voters` ([`cluster_id_of_voters`]), which
+/// every node of the cluster computes alike, so all format with one id
+/// without a separate format step; a node without voters (single node)
+/// takes a random one. Folders of different clusters or nodes, or two
 /// folders with one `directory.id`, stop the start. Returns the cluster id.
-pub(crate) fn format_dirs(dirs: &[PathBuf], node_id: i32) -> Result<String> {
+pub(crate) fn format_dirs(
+    dirs: &[PathBuf],
+    node_id: i32,
+    voters: &BTreeMap<u64, String>,
+) -> Result<String> {
     let invalid = |path: &Path, reason: String| BrokerError::InvalidConfig {
         key: "log.dirs".into(),
         value: path.display().to_string(),
@@ -886,7 +906,16 @@ pub(crate) fn format_dirs(dirs: &[PathBuf], node_id: i32) -> Result<String> {
             }
         }
     }
-    let cluster = cluster.map_or_else(random_id, |(c, _)| c);
+    let cluster = cluster.map_or_else(
+        || {
+            if voters.is_empty() {
+                random_id()
+            } else {
+                cluster_id_of_voters(voters)
+            }
+        },
+        |(c, _)| c,
+    );
     let mut seen: Vec<(String, PathBuf)> = Vec::new();
     for (dir, props) in &found {
         let directory = match get(props, "directory.id") {
@@ -950,6 +979,28 @@ fn random_id() -> String {
     }
 }
 
+/// The cluster id the nodes of one metadata quorum format with: a 128-bit
+/// XXH3 hash of the voter set written as `id@host:port` items in id order
+/// (hosts lower-cased), in Kafka's format (URL-safe base64, never starting
+/// with `-`). Kafka has the operator pass one id to every node's
+/// `kafka-storage format`; Sluice formats on first start, so the id comes
+/// from what every node's configuration shares.
+pub(crate) fn cluster_id_of_voters(voters: &BTreeMap<u64, String>) -> String {
+    let mut text = voters
+        .iter()
+        .map(|(id, addr)| format!("{id}@{}", addr.to_ascii_lowercase()))
+        .collect::<Vec<_>>()
+        .join(",");
+    loop {
+        let hash = xxhash_rust::xxh3::xxh3_128(text.as_bytes());
+        let id = base64url(&hash.to_be_bytes());
+        if !id.starts_with('-') {
+            return id;
+        }
+        text.push('+');
+    }
+}
+
 /// URL-safe base64 without padding (Kafka's cluster id format).
 fn base64url(bytes: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -985,5 +1036,53 @@ mod tests {
     fn cluster_ids_look_like_kafkas() {
         assert_eq!(base64url(&[0; 16]).len(), 22);
         assert_eq!(base64url(b"\xfb\xff"), "-_8");
+    }
+
+    #[test]
+    fn the_nodes_of_one_quorum_format_with_one_cluster_id() {
+        let voters = |items: &[(u64, &str)]| -> BTreeMap<u64, String> {
+            items.iter().map(|(i, a)| (*i, (*a).to_string())).collect()
+        };
+        let a = voters(&[
+            (1, "127.0.0.1:9093"),
+            (2, "127.0.0.1:9094"),
+            (3, "Host3:9095"),
+        ]);
+        let b = voters(&[
+            (3, "host3:9095"),
+            (2, "127.0.0.1:9094"),
+            (1, "127.0.0.1:9093"),
+        ]);
+        let id = cluster_id_of_voters(&a);
+        assert_eq!(
+            id,
+            cluster_id_of_voters(&b),
+            "order and host case do not matter"
+        );
+        assert_eq!(id.len(), 22);
+        assert!(!id.starts_with('-'));
+        let other = voters(&[
+            (1, "127.0.0.1:9093"),
+            (2, "127.0.0.1:9094"),
+            (3, "host3:9096"),
+        ]);
+        assert_ne!(id, cluster_id_of_voters(&other));
+
+        // Three nodes' folders, formatted apart, share it; a folder
+        // formatted before keeps its own id.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let ids: Vec<String> = (1..=3)
+            .map(|n| format_dirs(&[tmp.path().join(format!("n{n}"))], n, &a).expect("format"))
+            .collect();
+        assert!(ids.iter().all(|i| *i == id), "{ids:?}");
+        let single = tmp.path().join("single");
+        let random =
+            format_dirs(std::slice::from_ref(&single), 1, &BTreeMap::new()).expect("format");
+        assert_ne!(random, id);
+        assert_eq!(
+            format_dirs(&[single], 1, &a).expect("format"),
+            random,
+            "an existing id stays"
+        );
     }
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use proto_kafka::messages::describe_quorum_request;
 use proto_kafka::messages::{
-    ApiKey, BrokerId, DescribeQuorumRequest, DescribeQuorumResponse, TopicName,
+    ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse, DescribeQuorumRequest,
+    DescribeQuorumResponse, TopicName,
 };
 use proto_kafka::protocol::StrBytes;
 use sluice_controller::store::METADATA_TOPIC;
@@ -246,6 +247,25 @@ async fn a_stopping_leader_hands_its_partitions_over_before_it_exits() {
         !new_leader.cluster_brokers().iter().any(|b| b.id == old_id)
     })
     .await;
+    // DescribeCluster v2 lists it, fenced, only when asked to.
+    for include in [false, true] {
+        let mut req = DescribeClusterRequest::default();
+        req.include_fenced_brokers = include;
+        let resp: DescribeClusterResponse = call(&new_leader, ApiKey::DescribeCluster, 2, &req)
+            .await
+            .expect("a DescribeCluster response");
+        let listed: Vec<(i32, bool)> = resp
+            .brokers
+            .iter()
+            .map(|b| (b.broker_id.0, b.is_fenced))
+            .collect();
+        assert_eq!(
+            listed.iter().find(|(id, _)| *id == old_id).copied(),
+            include.then_some((old_id, true)),
+            "include_fenced_brokers {include}: {listed:?}"
+        );
+        assert_eq!(listed.len(), if include { 3 } else { 2 });
+    }
     eventually("the new leader leads", || {
         new_leader.partition("r", 0).is_some()
     })

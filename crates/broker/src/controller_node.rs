@@ -44,7 +44,11 @@ impl ControllerNode {
         // `log.dirs`): a controller holds no partition logs.
         let dir = config.metadata_log_dir();
         let node_id = config.node_id();
-        let cluster_id = crate::broker::format_dirs(std::slice::from_ref(&dir), node_id)?;
+        let cluster_id = crate::broker::format_dirs(
+            std::slice::from_ref(&dir),
+            node_id,
+            &config.quorum_voters()?,
+        )?;
         let (qc, l) = config.quorum_config()?.ok_or_else(|| {
             BrokerError::Malformed("a controller-only node needs controller.quorum.voters".into())
         })?;

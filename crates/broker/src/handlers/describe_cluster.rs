@@ -1,5 +1,7 @@
-//! DescribeCluster (key 60): the cluster id, this node as the only broker
-//! and as the controller. Sluice's listener is a broker endpoint, so a v1+
+//! DescribeCluster (key 60): the cluster id, the registered brokers that
+//! are not fenced (v2 with `include_fenced_brokers`: the fenced ones too,
+//! marked `is_fenced`) and the controller id clients are given. Sluice's
+//! listener is a broker endpoint, so a v1+
 //! request for the controllers endpoint type gets UNSUPPORTED_ENDPOINT_TYPE,
 //! as a Kafka broker answers. Authorized operations, when asked for, are
 //! every cluster operation (there is no authorizer).
@@ -47,7 +49,7 @@ pub(crate) fn handle(
     }
     resp.controller_id = BrokerId(broker.controller_id());
     resp.brokers = broker
-        .cluster_brokers()
+        .registered_brokers(ctx.version >= 2 && req.include_fenced_brokers)
         .into_iter()
         .map(|c| {
             let mut b = DescribeClusterBroker::default();
@@ -55,6 +57,7 @@ pub(crate) fn handle(
             b.host = StrBytes::from_string(c.host);
             b.port = c.port;
             b.rack = c.rack.map(StrBytes::from_string);
+            b.is_fenced = c.fenced;
             b
         })
         .collect();
