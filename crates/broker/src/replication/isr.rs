@@ -11,8 +11,10 @@
 //! it (`Partition::update`).
 //!
 //! The epochs are checked on the proposing node's image under the change
-//! lock; that is enough while only partition leaders change ISRs and
-//! leaderships do not move (no leader election yet, design 019).
+//! lock, and again by the quorum leader when it commits the record
+//! (`sluice_controller::quorum::proposer::check`: a partition record whose
+//! partition epoch is not the next one is refused), so a proposal made on
+//! a stale image, racing an election, never lands.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;

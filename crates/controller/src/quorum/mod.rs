@@ -519,7 +519,8 @@ impl MetadataQuorum {
 }
 
 /// Kafka's broker sessions, with Raft's heartbeats as the broker
-/// heartbeats (every broker here is a voter): while this node leads, a
+/// heartbeats (every broker is a voter or a learner of the quorum, and
+/// the leader replicates to both): while this node leads, a
 /// registered broker that has not answered its AppendEntries for the
 /// session timeout is fenced (BrokerRegistrationChangeRecord, fenced 1) —
 /// Metadata and DescribeCluster then leave it out — and unfenced (-1) when
