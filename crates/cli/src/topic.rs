@@ -6,12 +6,13 @@
 //! `127.0.0.1:9092`); any failure is returned as an error, which `main`
 //! prints as one `sluice: ...` line before exiting non-zero.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use anyhow::{bail, Context};
-use sluice_client::admin::NewTopic;
+use sluice_client::admin::{NewTopic, PartitionReassignment};
 use sluice_client::cluster::TopicInfo;
 use sluice_client::Admin;
+use sluice_client::TopicPartition;
 
 use crate::client_args::{parse_kv, ClientArgs};
 
@@ -156,6 +157,16 @@ async fn run_async(args: &TopicArgs) -> anyhow::Result<()> {
             } else {
                 admin.describe_topics(&refs).await?
             };
+            // Moves in progress, as kafka-topics.sh lists them (a broker
+            // that cannot answer leaves them out, as Kafka's tool does).
+            let moving = if infos.is_empty() {
+                BTreeMap::new()
+            } else {
+                admin
+                    .list_partition_reassignments(None)
+                    .await
+                    .unwrap_or_default()
+            };
             for info in &infos {
                 let configs = admin.describe_configs(&info.name).await?;
                 let configs: Vec<String> = configs
@@ -163,7 +174,7 @@ async fn run_async(args: &TopicArgs) -> anyhow::Result<()> {
                     .filter(|c| c.is_topic_override())
                     .map(|c| format!("{}={}", c.name, c.value.as_deref().unwrap_or("")))
                     .collect();
-                print!("{}", describe_text(info, &configs.join(",")));
+                print!("{}", describe_text(info, &configs.join(","), &moving));
             }
         }
         TopicCommand::Alter {
@@ -216,12 +227,22 @@ async fn run_async(args: &TopicArgs) -> anyhow::Result<()> {
 }
 
 /// kafka-topics.sh --describe layout: a summary line, then one indented line
-/// per partition.
-fn describe_text(info: &TopicInfo, configs: &str) -> String {
+/// per partition, with the replicas being added and removed while a
+/// reassignment moves it (the replication factor then counts the target
+/// replicas only, as Kafka's tool does).
+fn describe_text(
+    info: &TopicInfo,
+    configs: &str,
+    moving: &BTreeMap<TopicPartition, PartitionReassignment>,
+) -> String {
+    let move_of = |partition: i32| moving.get(&TopicPartition::new(info.name.as_str(), partition));
     let rf = info
         .partitions
         .values()
-        .map(|p| p.replicas.len())
+        .map(|p| match move_of(p.partition) {
+            Some(m) => m.replicas.len().saturating_sub(m.adding_replicas.len()),
+            None => p.replicas.len(),
+        })
         .max()
         .unwrap_or(0);
     let mut out = format!(
@@ -239,13 +260,21 @@ fn describe_text(info: &TopicInfo, configs: &str) -> String {
             p.leader.to_string()
         };
         out.push_str(&format!(
-            "\tTopic: {}\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}\n",
+            "\tTopic: {}\tPartition: {}\tLeader: {}\tReplicas: {}\tIsr: {}",
             info.name,
             p.partition,
             leader,
             join(&p.replicas),
             join(&p.isr)
         ));
+        if let Some(m) = move_of(p.partition) {
+            out.push_str(&format!(
+                "\tAdding Replicas: {}\tRemoving Replicas: {}",
+                join(&m.adding_replicas),
+                join(&m.removing_replicas)
+            ));
+        }
+        out.push('\n');
     }
     out
 }
@@ -276,6 +305,56 @@ fn topic_id_text(id: &[u8; 16]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_partition_being_moved_lists_its_adding_and_removing_replicas() {
+        use sluice_client::cluster::PartitionInfo;
+        let part = |partition: i32, replicas: Vec<i32>, isr: Vec<i32>| PartitionInfo {
+            partition,
+            leader: replicas[0],
+            leader_epoch: 0,
+            replicas,
+            isr,
+            offline_replicas: Vec::new(),
+            error_code: 0,
+        };
+        let info = TopicInfo {
+            name: "t".into(),
+            topic_id: [0; 16],
+            is_internal: false,
+            partitions: [
+                (0, part(0, vec![1, 2, 3], vec![1, 2, 3])),
+                (1, part(1, vec![4, 5, 1, 2], vec![1, 2])),
+            ]
+            .into_iter()
+            .collect(),
+        };
+        let moving = [(
+            TopicPartition::new("t", 1),
+            PartitionReassignment {
+                replicas: vec![4, 5, 1, 2],
+                adding_replicas: vec![4, 5],
+                removing_replicas: vec![1],
+            },
+        )]
+        .into_iter()
+        .collect();
+        let text = describe_text(&info, "", &moving);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].contains("\tReplicationFactor: 3\t"),
+            "{}",
+            lines[0]
+        );
+        assert_eq!(
+            lines[1],
+            "\tTopic: t\tPartition: 0\tLeader: 1\tReplicas: 1,2,3\tIsr: 1,2,3"
+        );
+        assert_eq!(
+            lines[2],
+            "\tTopic: t\tPartition: 1\tLeader: 4\tReplicas: 4,5,1,2\tIsr: 1,2\tAdding Replicas: 4,5\tRemoving Replicas: 1"
+        );
+    }
 
     #[test]
     fn topic_id_matches_kafka_base64() {
