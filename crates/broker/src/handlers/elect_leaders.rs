@@ -125,6 +125,8 @@ pub(crate) fn handle(
         };
         (code.code(), e.to_string())
     });
+    let topic_known =
+        |topic: &str| !crate::internal_topics::is_hidden(topic) && image.topic(topic).is_some();
     resp.replica_election_results = outcomes
         .into_iter()
         .map(|(topic, per)| {
@@ -136,20 +138,29 @@ pub(crate) fn handle(
                             Some((code, m)) => (*code, Some(m.clone())),
                             None => (0, None),
                         },
+                        // Kafka's messages (`ReplicationControlManager.
+                        // electLeader`; the error's own text otherwise).
+                        Outcome::Unknown if !topic_known(&topic) => (
+                            ResponseError::UnknownTopicOrPartition.code(),
+                            Some(format!("No such topic as {topic}")),
+                        ),
                         Outcome::Unknown => (
                             ResponseError::UnknownTopicOrPartition.code(),
                             Some(format!("No such partition as {topic}-{p}")),
                         ),
                         Outcome::Refused(NoElection::NotNeeded) if all => return None,
-                        Outcome::Refused(NoElection::NotNeeded) => {
-                            (ResponseError::ElectionNotNeeded.code(), None)
-                        }
-                        Outcome::Refused(NoElection::PreferredNotAvailable) => {
-                            (ResponseError::PreferredLeaderNotAvailable.code(), None)
-                        }
-                        Outcome::Refused(NoElection::EligibleNotAvailable) => {
-                            (ResponseError::EligibleLeadersNotAvailable.code(), None)
-                        }
+                        Outcome::Refused(NoElection::NotNeeded) => (
+                            ResponseError::ElectionNotNeeded.code(),
+                            Some("Leader election not needed for topic partition.".into()),
+                        ),
+                        Outcome::Refused(NoElection::PreferredNotAvailable) => (
+                            ResponseError::PreferredLeaderNotAvailable.code(),
+                            Some("The preferred leader was not available.".into()),
+                        ),
+                        Outcome::Refused(NoElection::EligibleNotAvailable) => (
+                            ResponseError::EligibleLeadersNotAvailable.code(),
+                            Some("Eligible topic partition leaders are not available.".into()),
+                        ),
                     };
                     Some((p, code, message))
                 })
@@ -240,6 +251,28 @@ mod tests {
             );
             assert_eq!(codes(&r), vec![("__cluster_metadata".into(), 0, unknown)]);
             if v >= 1 {
+                // Kafka's messages for each outcome.
+                let r = roundtrip(&handle(&broker, request(0, "t", &[0, 5]), &c), v);
+                let messages: Vec<Option<String>> = r.replica_election_results[0]
+                    .partition_result
+                    .iter()
+                    .map(|p| p.error_message.as_ref().map(ToString::to_string))
+                    .collect();
+                assert_eq!(
+                    messages,
+                    vec![
+                        Some("Leader election not needed for topic partition.".into()),
+                        Some("No such partition as t-5".into())
+                    ]
+                );
+                let r = roundtrip(&handle(&broker, request(0, "nope", &[0]), &c), v);
+                assert_eq!(
+                    r.replica_election_results[0].partition_result[0]
+                        .error_message
+                        .as_ref()
+                        .map(ToString::to_string),
+                    Some("No such topic as nope".into())
+                );
                 let r = roundtrip(&handle(&broker, request(1, "t", &[0]), &c), v);
                 assert_eq!(codes(&r), vec![("t".into(), 0, not_needed)]);
                 let r = handle(&broker, request(5, "t", &[0]), &c);
