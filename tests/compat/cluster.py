@@ -35,10 +35,11 @@ LAG_TIME_MS = 3000
 
 class Node:
     def __init__(self, node_id, folder, broker_port, controller_port, voters, extra, proxies=(),
-                 roles="broker,controller"):
+                 roles="broker,controller", log_dirs=1):
         """`roles` is `process.roles`: a controller-only node has only its
         CONTROLLER listener (`broker_port` None), a broker-only node only
-        its PLAINTEXT one (`controller_port` None)."""
+        its PLAINTEXT one (`controller_port` None). `log_dirs` is how many
+        data folders `log.dirs` lists (data-<id>, then data-<id>-2, ...)."""
         self.id = node_id
         self.folder = Path(folder)
         self.roles = roles
@@ -48,6 +49,8 @@ class Node:
         self.log_path = self.folder / f"node-{node_id}.log"
         self.proc = None
         self.proxies = list(proxies)
+        self.log_dirs = [self.folder / f"data-{node_id}"] + [
+            self.folder / f"data-{node_id}-{k}" for k in range(2, log_dirs + 1)]
         listeners = []
         if broker_port is not None:
             listeners.append(f"PLAINTEXT://127.0.0.1:{broker_port}")
@@ -59,7 +62,7 @@ class Node:
             "controller.quorum.voters": voters,
             "listeners": ",".join(listeners),
             "controller.listener.names": "CONTROLLER",
-            "log.dirs": str(self.folder / f"data-{node_id}"),
+            "log.dirs": ",".join(str(d) for d in self.log_dirs),
             "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
             "replica.lag.time.max.ms": str(LAG_TIME_MS),
             "replica.fetch.wait.max.ms": "200",
@@ -186,9 +189,10 @@ class Reader:
 
 
 class Cluster:
-    """Three combined nodes (ids 1 to 3) of one metadata quorum."""
+    """Three combined nodes (ids 1 to 3) of one metadata quorum, each with
+    `log_dirs` data folders."""
 
-    def __init__(self, folder, extra=None, proxied=False):
+    def __init__(self, folder, extra=None, proxied=False, log_dirs=1):
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         ports = [(free_port(), free_port()) for _ in range(3)]
@@ -196,7 +200,8 @@ class Cluster:
                    for b, c in ports]
         voters = ",".join(f"{i + 1}@127.0.0.1:{proxies[i][1].port if proxied else c}"
                           for i, (_, c) in enumerate(ports))
-        self.nodes = {i + 1: Node(i + 1, folder, b, c, voters, extra or {}, proxies[i])
+        self.nodes = {i + 1: Node(i + 1, folder, b, c, voters, extra or {}, proxies[i],
+                                  log_dirs=log_dirs)
                       for i, (b, c) in enumerate(ports)}
 
     @property

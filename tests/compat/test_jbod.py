@@ -1,9 +1,12 @@
 """Several data folders per broker (JBOD, design 024) with real clients:
 a `sluice server` with two `log.dirs`, confluent-kafka producing to and
 consuming from several partitions, DescribeLogDirs and AlterReplicaLogDirs
-as raw requests encoded and decoded with kafka-python's protocol types
-(kafka-python's admin client only speaks DescribeLogDirs v0, which Kafka 4
-removed; confluent-kafka has no log-dir calls), and a restart.
+as raw requests encoded and decoded with kafka-python's protocol types (to
+pick each version; kafka-python 2.2's admin client only speaks
+DescribeLogDirs v0, which Kafka 4 removed, and confluent-kafka has no
+log-dir calls), and a restart. kafka-python 3's admin client, which has
+both calls, drives them on a three-node cluster in
+tests/compat/test_cluster_admin.py.
 """
 import os
 import time
