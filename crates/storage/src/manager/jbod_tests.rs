@@ -495,3 +495,55 @@ fn the_move_throttle_holds_the_unfrozen_copy_back_until_raised() {
     });
     m.shutdown().expect("shutdown");
 }
+
+#[test]
+fn segments_the_cleaner_replaces_during_the_copy_are_copied_again() {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let compacted = LogConfig {
+        segment_bytes: 1024,
+        cleanup_policy: crate::config::CleanupPolicy {
+            delete: false,
+            compact: true,
+        },
+        ..LogConfig::default()
+    };
+    let t0 = tp("cmp", 0);
+    let old = m.get_or_create(&t0, compacted).expect("create");
+    // A key written once keeps the cleaned first segment at base 0, the
+    // segment whose data the paused copy has read already.
+    old.append_as_leader(&mut batch("once", Some("kept"), T0), 0)
+        .expect("append");
+    for i in 1..200 {
+        old.append_as_leader(
+            &mut batch(&format!("k{}", i % 5), Some(&format!("v{i}")), T0),
+            0,
+        )
+        .expect("append");
+    }
+    old.set_high_watermark(old.log_end_offset());
+    let mut at_commit = Vec::new();
+    let (new, bases, first) = move_pausing(&m, &t0, 1, || {
+        let before = old.size_in_bytes();
+        let (cleaned, _) = m.clean_once().expect("clean").expect("cleaned");
+        assert_eq!(cleaned, t0);
+        assert!(old.size_in_bytes() < before, "the cleaner swapped segments");
+        append_values(&old, "during", 10);
+        at_commit = values(&old, 0);
+    });
+    assert!(first, "the cleaning and appends finished before the move");
+    assert_eq!(new.segment_base_offsets(), bases);
+    assert_eq!(new.log_end_offset(), 210);
+    assert_eq!(bases[0], 0);
+    assert_eq!(at_commit[0], (0, b"kept".to_vec()));
+    assert!(at_commit.len() < 50, "compacted: {}", at_commit.len());
+    assert_eq!(values(&new, 0), at_commit);
+    drop(m); // crash
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("reopen");
+    assert_eq!(values(&m.get(&t0).expect("log"), 0), at_commit);
+    m.shutdown().expect("shutdown");
+}
