@@ -10,10 +10,15 @@
 //! preferred log dir). A topic whose future folder name
 //! would pass 255 bytes is INVALID_TOPIC_EXCEPTION, as in Kafka. The move
 //! itself is the log manager's crash-safe copy and commit
-//! ([`sluice_storage::LogManager::move_log`]); it has finished when the
-//! answer comes (Kafka answers once the future log exists and finishes in
-//! the background), and a failure is KAFKA_STORAGE_ERROR with the log left
-//! where it was. The partition is then led again with its new log.
+//! ([`sluice_storage::LogManager::move_log_limited`]): the sealed segments
+//! are copied while produce goes on, paced by the dynamic broker config
+//! `replica.alter.log.dirs.io.max.bytes.per.second` (read before every
+//! chunk), the rest with the partition's appends waiting. It has finished
+//! when the answer comes (Kafka answers once the future log exists and
+//! finishes in the background; the move of a client whose request timed out
+//! on a slow, throttled copy goes on, and asking again waits for it and
+//! answers 0), and a failure is KAFKA_STORAGE_ERROR with the log
+//! left where it was. The partition is then led again with its new log.
 
 use std::sync::Arc;
 
@@ -94,7 +99,12 @@ fn move_one(
     if !known {
         return ResponseError::UnknownTopicOrPartition.code();
     }
-    match broker.logs.move_log(tp, dest) {
+    // Paced by the dynamic `replica.alter.log.dirs.io.max.bytes.per.second`,
+    // read again before every chunk of the copy.
+    match broker
+        .logs
+        .move_log_limited(tp, dest, &|| broker.alter_log_dirs_rate())
+    {
         Ok(MoveOutcome::NoSuchLog) => {
             // Kafka remembers the folder for when the replica is created.
             broker.logs.prefer_dir(tp, dest);
@@ -240,5 +250,104 @@ mod tests {
             codes(&broker, request(&b, &long, &[0]), 2),
             vec![ResponseError::InvalidTopicException.code()]
         );
+    }
+
+    /// Sets (`Some`) or deletes (`None`) this broker's
+    /// `replica.alter.log.dirs.io.max.bytes.per.second` through
+    /// IncrementalAlterConfigs; returns the error code.
+    fn set_move_rate(broker: &Arc<Broker>, value: Option<&str>) -> i16 {
+        use proto_kafka::messages::incremental_alter_configs_request::{
+            AlterConfigsResource, AlterableConfig,
+        };
+        use proto_kafka::messages::IncrementalAlterConfigsRequest;
+        let mut c = AlterableConfig::default();
+        c.name = StrBytes::from_static_str(crate::replication::throttle::ALTER_LOG_DIRS_RATE);
+        c.config_operation = if value.is_some() { 0 } else { 1 };
+        c.value = value.map(|v| StrBytes::from_string(v.to_string()));
+        let mut r = AlterConfigsResource::default();
+        r.resource_type = 4;
+        r.resource_name = StrBytes::from_string(broker.node_id.to_string());
+        r.configs = vec![c];
+        let mut req = IncrementalAlterConfigsRequest::default();
+        req.resources = vec![r];
+        let resp = super::super::incremental_alter_configs::handle(
+            broker,
+            req,
+            &ctx(ApiKey::IncrementalAlterConfigs, 1),
+        );
+        resp.responses[0].error_code
+    }
+
+    /// DescribeConfigs of this broker's move throttle: value and source.
+    fn describe_move_rate(broker: &Arc<Broker>) -> (Option<String>, i8, bool) {
+        use proto_kafka::messages::describe_configs_request::DescribeConfigsResource;
+        use proto_kafka::messages::DescribeConfigsRequest;
+        let mut r = DescribeConfigsResource::default();
+        r.resource_type = 4;
+        r.resource_name = StrBytes::from_string(broker.node_id.to_string());
+        r.configuration_keys = Some(vec![StrBytes::from_static_str(
+            crate::replication::throttle::ALTER_LOG_DIRS_RATE,
+        )]);
+        let mut req = DescribeConfigsRequest::default();
+        req.resources = vec![r];
+        let resp =
+            super::super::describe_configs::handle(broker, req, &ctx(ApiKey::DescribeConfigs, 1));
+        let c = &resp.results[0].configs[0];
+        (
+            c.value.as_ref().map(|v| v.to_string()),
+            c.config_source,
+            c.read_only,
+        )
+    }
+
+    /// The dynamic `replica.alter.log.dirs.io.max.bytes.per.second` paces
+    /// a move's copy: set to 1 byte/s the move waits while produce goes on
+    /// to the partition, and it completes, with every record, once the
+    /// throttle is deleted.
+    #[test]
+    fn the_dynamic_move_throttle_paces_a_move_while_appends_go_on() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (root.path().join("a"), root.path().join("b"));
+        let dirs = format!("{},{}", a.display(), b.display());
+        let broker = open_broker(&a, &[("log.dirs", dirs.as_str())]);
+        broker.create_topic("t", 1, 1, &[], false).expect("create");
+        let log = broker.log("t", 0).expect("led");
+        for _ in 0..3 {
+            append(&broker, "t", 0, 5);
+            log.roll().expect("roll");
+        }
+        assert_eq!(
+            describe_move_rate(&broker),
+            (Some(i64::MAX.to_string()), 5, false),
+            "Kafka's default, not set"
+        );
+        assert_eq!(
+            set_move_rate(&broker, Some("-1")),
+            ResponseError::InvalidConfig.code()
+        );
+        assert_eq!(set_move_rate(&broker, Some("1")), 0);
+        assert_eq!(describe_move_rate(&broker), (Some("1".into()), 2, false));
+        assert_eq!(broker.alter_log_dirs_rate(), 1);
+        std::thread::scope(|s| {
+            let mover = s.spawn(|| codes(&broker, request(&b, "t", &[0]), 2));
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while broker.logs.moves().is_empty() {
+                assert!(std::time::Instant::now() < deadline, "no move");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            // Produce goes on while the throttled copy waits.
+            append(&broker, "t", 0, 4);
+            assert_eq!(log.log_end_offset(), 19);
+            assert_eq!(broker.logs.moves().len(), 1, "still copying at 1 byte/s");
+            assert_eq!(set_move_rate(&broker, None), 0);
+            assert_eq!(mover.join().expect("join"), vec![0]);
+        });
+        assert_eq!(folder_of(&broker, "t", 0), b);
+        let moved = broker.log("t", 0).expect("led");
+        assert_eq!(moved.log_end_offset(), 19);
+        assert_eq!(moved.segment_count(), 4);
+        append(&broker, "t", 0, 1);
+        assert_eq!(moved.log_end_offset(), 20);
+        broker.shutdown().expect("shutdown");
     }
 }

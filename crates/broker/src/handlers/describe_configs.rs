@@ -11,7 +11,8 @@
 //!   `log.retention.ms`, not `log.retention.hours`, exactly like Kafka);
 //! - broker keys are read-only except the dynamic replication throttles
 //!   (`leader.replication.throttled.rate`,
-//!   `follower.replication.throttled.rate`), set for this broker
+//!   `follower.replication.throttled.rate`,
+//!   `replica.alter.log.dirs.io.max.bytes.per.second`), set for this broker
 //!   (DYNAMIC_BROKER_CONFIG) or cluster-wide (DYNAMIC_DEFAULT_BROKER_CONFIG,
 //!   the resource with the empty name, which lists only those set).
 //!

@@ -16,6 +16,12 @@
 //! Kafka's windowed rate: `replication.quota.window.num` samples of
 //! `replication.quota.window.size.seconds`, over at least all but one
 //! sample's length.
+//!
+//! The third dynamic broker key, `replica.alter.log.dirs.io.max.bytes.per.second`
+//! (same default and levels), bounds the copy of a move between this
+//! broker's data folders (AlterReplicaLogDirs): the storage layer paces
+//! the copy made while appends go on to it, reading the value before every
+//! chunk, so a change applies to a move in progress.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
@@ -30,6 +36,8 @@ use crate::broker::{ApiError, Broker};
 pub(crate) const LEADER_RATE: &str = "leader.replication.throttled.rate";
 /// The follower-side rate key.
 pub(crate) const FOLLOWER_RATE: &str = "follower.replication.throttled.rate";
+/// The bound on the copy of a move between data folders.
+pub(crate) const ALTER_LOG_DIRS_RATE: &str = "replica.alter.log.dirs.io.max.bytes.per.second";
 /// The topic key naming the replicas throttled as leaders.
 pub(crate) const LEADER_REPLICAS: &str = "leader.replication.throttled.replicas";
 /// The topic key naming the replicas throttled as followers.
@@ -45,6 +53,10 @@ pub(crate) const DYNAMIC_BROKER_KEYS: &[(&str, &str)] = &[
     (
         FOLLOWER_RATE,
         "A long representing the upper bound (bytes/sec) on replication traffic for followers enumerated in the property follower.replication.throttled.replicas (for each topic).",
+    ),
+    (
+        ALTER_LOG_DIRS_RATE,
+        "A long representing the upper bound (bytes/sec) on disk IO used for moving replica between log directories on the same broker.",
     ),
 ];
 
@@ -204,6 +216,14 @@ impl Broker {
     /// Whether `side`'s quota holds back partition `partition` of `topic`
     /// on this node now: the topic lists it for this broker, and the
     /// quota's rate is over its bound.
+    /// The move throttle in force (`replica.alter.log.dirs.io.max.bytes.per.second`):
+    /// this broker's value, else the cluster-wide one, else no limit.
+    pub(crate) fn alter_log_dirs_rate(&self) -> i64 {
+        self.dynamic_broker_value(&self.image(), ALTER_LOG_DIRS_RATE)
+            .and_then(|(v, _)| v.trim().parse().ok())
+            .unwrap_or(i64::MAX)
+    }
+
     pub(crate) fn throttled(
         &self,
         image: &MetadataImage,

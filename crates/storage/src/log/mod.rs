@@ -45,6 +45,7 @@ pub use append::AppendInfo;
 pub(crate) use load::{CLEANED_SUFFIX as CLEANED, SWAP_SUFFIX as SWAP};
 pub use read::{OffsetSpec, ReadInfo, ReadLimit, TimestampOffset};
 pub use relocate::FrozenLog;
+pub(crate) use relocate::SealedCopy;
 pub use replay::ReplayEvent;
 pub use validate::{decompression_limit, AppendOrigin, MAX_RECORD_ERRORS};
 

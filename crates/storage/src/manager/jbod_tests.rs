@@ -281,3 +281,269 @@ fn the_cleaner_works_in_any_folder_and_checkpoints_there() {
     assert!(!a.path().join(CLEANER_OFFSET_CHECKPOINT).exists());
     m.shutdown().expect("shutdown");
 }
+
+/// Appends one record per value to `log` (leader epoch 0).
+fn append_values(log: &Log, prefix: &str, n: usize) {
+    for i in 0..n {
+        log.append_as_leader(
+            &mut batch(&format!("k{i}"), Some(&format!("{prefix}{i}")), T0),
+            0,
+        )
+        .expect("append");
+    }
+    log.set_high_watermark(log.log_end_offset());
+}
+
+/// Moves `tp` into folder `dest` on another thread whose copy of the
+/// sealed segments stops at its first chunk (the throttle callback waits)
+/// until `during` has run here. Returns the new log, the old log's segment
+/// bases when the move committed, and whether `during` finished before
+/// the move did.
+fn move_pausing(
+    m: &LogManager,
+    tp: &TopicPartition,
+    dest: usize,
+    during: impl FnOnce(),
+) -> (Arc<Log>, Vec<i64>, bool) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+    let old = m.get(tp).expect("log");
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let started_tx = Mutex::new(Some(started_tx));
+    let go_rx = Mutex::new(go_rx);
+    let done = AtomicBool::new(false);
+    let limit = || {
+        if let Some(tx) = lock(&started_tx).take() {
+            tx.send(()).expect("signal");
+            // A regression that copied under the freeze would hold the
+            // appends of `during` back until this gives up.
+            let _ = lock(&go_rx).recv_timeout(Duration::from_secs(30));
+        }
+        i64::MAX
+    };
+    std::thread::scope(|s| {
+        let mover = s.spawn(|| {
+            let r = m.move_log_limited(tp, dest, &limit);
+            done.store(true, Ordering::SeqCst);
+            r
+        });
+        started_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the copy of the sealed segments started");
+        during();
+        let first = !done.load(Ordering::SeqCst);
+        go_tx.send(()).expect("go");
+        let MoveOutcome::Moved(new) = mover.join().expect("join").expect("move") else {
+            panic!("not moved");
+        };
+        (new, old.segment_base_offsets(), first)
+    })
+}
+
+/// Files directly in `dir`, sorted.
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_move_copies_sealed_segments_while_appends_and_retention_go_on() {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let t0 = tp("t", 0);
+    let old = m
+        .get_or_create(&t0, m.config.default_config.clone())
+        .expect("create");
+    append_values(&old, "before", 60);
+    let sealed_before = old.segment_count() - 1;
+    assert!(
+        sealed_before >= 3,
+        "several sealed segments: {sealed_before}"
+    );
+    let (new, bases, appends_first) = move_pausing(&m, &t0, 1, || {
+        // The copy holds the first segment open; retention takes it away.
+        old.advance_log_start_offset(20).expect("delete records");
+        // Appends go on (rolling new segments) while the copy waits.
+        append_values(&old, "during", 40);
+        assert_eq!(m.moves().len(), 1, "the move is in progress");
+    });
+    assert!(appends_first, "the appends finished before the move");
+    assert!(m.moves().is_empty());
+    assert_eq!(m.dir_index_of(&new), Some(1));
+    assert!(old.is_offline(), "the old log is retired");
+    assert_eq!(new.segment_base_offsets(), bases);
+    assert_eq!(new.log_start_offset(), 20);
+    assert!(bases[0] > 0 && bases[0] <= 20, "{bases:?}");
+    assert_eq!(new.log_end_offset(), 100);
+    assert_eq!(new.high_watermark(), 100);
+    // The copy of the segment retention removed was dropped.
+    let files = files_in(&b.path().join("t-0"));
+    assert!(
+        !files.contains(&"00000000000000000000.log".to_string()),
+        "{files:?}"
+    );
+    append_values(&new, "after", 5);
+    let expect: Vec<(i64, Vec<u8>)> = (20..60)
+        .map(|i| (i, format!("before{i}")))
+        .chain((0..40).map(|i| (60 + i, format!("during{i}"))))
+        .chain((0..5).map(|i| (100 + i, format!("after{i}"))))
+        .map(|(o, v)| (o, v.into_bytes()))
+        .collect();
+    assert_eq!(values(&new, 20), expect);
+    drop((old, new));
+    drop(m); // crash
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("reopen");
+    let log = m.get(&t0).expect("log");
+    assert_eq!(m.dir_index_of(&log), Some(1));
+    assert_eq!(values(&log, 20), expect);
+    assert_eq!(partitions_in(a.path()), Vec::<String>::new());
+    m.shutdown().expect("shutdown");
+}
+
+#[test]
+fn segments_truncated_during_the_copy_are_copied_again() {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let t0 = tp("t", 0);
+    let old = m
+        .get_or_create(&t0, m.config.default_config.clone())
+        .expect("create");
+    append_values(&old, "first", 60);
+    let (new, bases, appends_first) = move_pausing(&m, &t0, 1, || {
+        // A follower's truncation cuts into the first segment, whose data
+        // the copy has read already; the log then takes other records at
+        // those offsets.
+        old.truncate_to(5).expect("truncate");
+        append_values(&old, "second", 30);
+    });
+    assert!(appends_first, "the truncation and appends finished first");
+    assert_eq!(new.segment_base_offsets(), bases);
+    assert_eq!(new.log_end_offset(), 35);
+    let expect: Vec<(i64, Vec<u8>)> = (0..5)
+        .map(|i| (i, format!("first{i}")))
+        .chain((0..30).map(|i| (5 + i, format!("second{i}"))))
+        .map(|(o, v)| (o, v.into_bytes()))
+        .collect();
+    assert_eq!(values(&new, 0), expect);
+    drop(m); // crash
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("reopen");
+    let log = m.get(&t0).expect("log");
+    assert_eq!(values(&log, 0), expect);
+    m.shutdown().expect("shutdown");
+}
+
+#[test]
+fn the_move_throttle_holds_the_unfrozen_copy_back_until_raised() {
+    use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let t0 = tp("t", 0);
+    let old = m
+        .get_or_create(&t0, m.config.default_config.clone())
+        .expect("create");
+    append_values(&old, "before", 40);
+    // 10 bytes a second: the first segment alone takes minutes.
+    let rate = AtomicI64::new(10);
+    let done = AtomicBool::new(false);
+    let limit = || rate.load(Ordering::SeqCst);
+    std::thread::scope(|s| {
+        let mover = s.spawn(|| {
+            let r = m.move_log_limited(&t0, 1, &limit);
+            done.store(true, Ordering::SeqCst);
+            r
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while m.moves().is_empty() {
+            assert!(Instant::now() < deadline, "the move did not start");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        append_values(&old, "during", 20);
+        assert!(
+            !done.load(Ordering::SeqCst),
+            "the throttled copy is still going"
+        );
+        assert_eq!(m.moves().len(), 1);
+        // Kafka's default, Long.MAX_VALUE: no limit; the move finishes.
+        rate.store(i64::MAX, Ordering::SeqCst);
+        let MoveOutcome::Moved(new) = mover.join().expect("join").expect("move") else {
+            panic!("not moved");
+        };
+        assert_eq!(m.dir_index_of(&new), Some(1));
+        let expect: Vec<(i64, Vec<u8>)> = (0..40)
+            .map(|i| (i, format!("before{i}")))
+            .chain((0..20).map(|i| (40 + i, format!("during{i}"))))
+            .map(|(o, v)| (o, v.into_bytes()))
+            .collect();
+        assert_eq!(values(&new, 0), expect);
+    });
+    m.shutdown().expect("shutdown");
+}
+
+#[test]
+fn segments_the_cleaner_replaces_during_the_copy_are_copied_again() {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let compacted = LogConfig {
+        segment_bytes: 1024,
+        cleanup_policy: crate::config::CleanupPolicy {
+            delete: false,
+            compact: true,
+        },
+        ..LogConfig::default()
+    };
+    let t0 = tp("cmp", 0);
+    let old = m.get_or_create(&t0, compacted).expect("create");
+    // A key written once keeps the cleaned first segment at base 0, the
+    // segment whose data the paused copy has read already.
+    old.append_as_leader(&mut batch("once", Some("kept"), T0), 0)
+        .expect("append");
+    for i in 1..200 {
+        old.append_as_leader(
+            &mut batch(&format!("k{}", i % 5), Some(&format!("v{i}")), T0),
+            0,
+        )
+        .expect("append");
+    }
+    old.set_high_watermark(old.log_end_offset());
+    let mut at_commit = Vec::new();
+    let (new, bases, first) = move_pausing(&m, &t0, 1, || {
+        let before = old.size_in_bytes();
+        let (cleaned, _) = m.clean_once().expect("clean").expect("cleaned");
+        assert_eq!(cleaned, t0);
+        assert!(old.size_in_bytes() < before, "the cleaner swapped segments");
+        append_values(&old, "during", 10);
+        at_commit = values(&old, 0);
+    });
+    assert!(first, "the cleaning and appends finished before the move");
+    assert_eq!(new.segment_base_offsets(), bases);
+    assert_eq!(new.log_end_offset(), 210);
+    assert_eq!(bases[0], 0);
+    assert_eq!(at_commit[0], (0, b"kept".to_vec()));
+    assert!(at_commit.len() < 50, "compacted: {}", at_commit.len());
+    assert_eq!(values(&new, 0), at_commit);
+    drop(m); // crash
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("reopen");
+    assert_eq!(values(&m.get(&t0).expect("log"), 0), at_commit);
+    m.shutdown().expect("shutdown");
+}

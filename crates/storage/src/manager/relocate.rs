@@ -2,10 +2,16 @@
 //! Kafka's future logs).
 //!
 //! The move, in [`LogManager::move_log`]:
-//! 1. the log is frozen (appends, truncation, retention and cleaner swaps
-//!    wait) and flushed;
-//! 2. its folder is copied to `<dest>/<tp>.<id>-future`, every file and
-//!    the folder fsynced;
+//! 1. while appends go on, the sealed segments (`.log`, `.index`,
+//!    `.timeindex`) are copied to `<dest>/<tp>.<id>-future`, paced by the
+//!    move throttle (Kafka's `replica.alter.log.dirs.io.max.bytes.per.second`);
+//!    then again for the segments sealed meanwhile, at most
+//!    [`COPY_ROUNDS`] rounds in all;
+//! 2. the log is frozen (appends, truncation, retention and cleaner swaps
+//!    wait) and flushed; the rest of its folder is copied (the active
+//!    segment, segments sealed or replaced since, transaction indexes,
+//!    producer snapshots, checkpoints), copies of segments that left the
+//!    log are removed, every file and the folder fsynced;
 //! 3. the destination's checkpoints are written listing the copy (so the
 //!    log start offset and high watermark are known there after a crash);
 //! 4. **commit**: the source folder is renamed `<tp>.<id>-delete` and its
@@ -24,12 +30,69 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::{lock, parent_of, LogManager, DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX};
 use crate::checkpoint;
 use crate::error::{IoContext, Result, StorageError};
-use crate::log::Log;
+use crate::log::{Log, SealedCopy};
 use crate::TopicPartition;
+
+/// Most rounds of the unfrozen copy: each copies the segments sealed since
+/// the previous one; what is left is copied frozen.
+pub const COPY_ROUNDS: usize = 4;
+
+/// The longest sleep of the throttle before it reads the limit again (so
+/// a changed limit applies soon).
+const THROTTLE_TICK: Duration = Duration::from_millis(100);
+
+/// Paces the unfrozen copy to a bytes-per-second limit read before every
+/// chunk (`i64::MAX`: no limit; 0: the copy waits until it is raised).
+struct Pacer<'a> {
+    limit: &'a (dyn Fn() -> i64 + Sync),
+    rate: i64,
+    since: Instant,
+    bytes: u64,
+}
+
+impl<'a> Pacer<'a> {
+    fn new(limit: &'a (dyn Fn() -> i64 + Sync)) -> Self {
+        Self {
+            limit,
+            rate: i64::MAX,
+            since: Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    /// Waits until `n` more bytes keep the copy within the limit.
+    fn pace(&mut self, n: u64) {
+        loop {
+            let rate = (self.limit)();
+            if rate != self.rate {
+                // A new limit counts from now.
+                self.rate = rate;
+                self.since = Instant::now();
+                self.bytes = 0;
+            }
+            if rate == i64::MAX {
+                break;
+            }
+            let need = (self.bytes + n) as f64;
+            let wait = if rate <= 0 {
+                THROTTLE_TICK
+            } else {
+                let allowed = rate as f64 * self.since.elapsed().as_secs_f64();
+                if need <= allowed {
+                    break;
+                }
+                Duration::from_secs_f64((need - allowed) / rate as f64).min(THROTTLE_TICK)
+            };
+            std::thread::sleep(wait);
+        }
+        self.bytes += n;
+    }
+}
 
 /// A move in progress.
 #[derive(Debug)]
@@ -111,9 +174,25 @@ fn discard(future: &Path) {
 
 impl LogManager {
     /// Moves the log of `tp` into data folder `dest` (an index into
-    /// [`Self::dirs`]); returns once the move committed or failed (a
-    /// failure before the commit leaves the log where it was).
+    /// [`Self::dirs`]) without a throttle; see [`Self::move_log_limited`].
     pub fn move_log(&self, tp: &TopicPartition, dest: usize) -> Result<MoveOutcome> {
+        self.move_log_limited(tp, dest, &|| i64::MAX)
+    }
+
+    /// Moves the log of `tp` into data folder `dest` (an index into
+    /// [`Self::dirs`]); returns once the move committed or failed (a
+    /// failure before the commit leaves the log where it was). The copy of
+    /// the sealed segments, done while appends go on, reads `io_limit`
+    /// (bytes per second, Kafka's
+    /// `replica.alter.log.dirs.io.max.bytes.per.second`; `i64::MAX`: no
+    /// limit, 0: the copy waits until it is raised) before every chunk;
+    /// the frozen copy of the rest is not throttled.
+    pub fn move_log_limited(
+        &self,
+        tp: &TopicPartition,
+        dest: usize,
+        io_limit: &(dyn Fn() -> i64 + Sync),
+    ) -> Result<MoveOutcome> {
         let _moves = lock(&self.move_lock);
         let dest_dir = self
             .dirs
@@ -146,9 +225,40 @@ impl LogManager {
                 committing: None,
             },
         );
-        let r = self.move_frozen(tp, &old, dest, &dest_dir, &future, &copied_to, id);
+        let r = self
+            .copy_sealed(&old, &future, &copied_to, io_limit)
+            .and_then(|done| {
+                self.move_frozen(tp, &old, dest, &dest_dir, &future, &done, &copied_to, id)
+            });
         lock(&self.moving).remove(tp);
         r.map(MoveOutcome::Moved)
+    }
+
+    /// Step 1: creates the future folder and copies the sealed segments
+    /// into it while appends go on, round after round until a round finds
+    /// nothing new or [`COPY_ROUNDS`] ran.
+    fn copy_sealed(
+        &self,
+        old: &Log,
+        future: &Path,
+        copied_to: &AtomicI64,
+        io_limit: &(dyn Fn() -> i64 + Sync),
+    ) -> Result<SealedCopy> {
+        std::fs::create_dir(future).at(future)?;
+        let mut done = SealedCopy::default();
+        let mut pacer = Pacer::new(io_limit);
+        for _ in 0..COPY_ROUNDS {
+            match old.copy_sealed(future, &mut done, copied_to, &mut |n| pacer.pace(n)) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    discard(future);
+                    return Err(e);
+                }
+            }
+        }
+        tracing::debug!(partition = %old.topic_partition(), segments = done.len(), "copied the sealed segments of a move");
+        Ok(done)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -159,12 +269,19 @@ impl LogManager {
         dest: usize,
         dest_dir: &Path,
         future: &Path,
+        done: &SealedCopy,
         copied_to: &AtomicI64,
         id: u128,
     ) -> Result<Arc<Log>> {
-        let frozen = old.freeze()?;
+        let frozen = match old.freeze() {
+            Ok(f) => f,
+            Err(e) => {
+                discard(future);
+                return Err(e);
+            }
+        };
         if let Err(e) = frozen
-            .copy_to(future, copied_to)
+            .copy_rest(future, done, copied_to)
             .and_then(|()| checkpoint::sync_dir(dest_dir))
         {
             discard(future);
