@@ -18,8 +18,14 @@
 //! the ISRs and hands its leaderships over exactly as if it were fenced; a
 //! broker in controlled shutdown is never elected and never elected again
 //! on its own partitions until it registers anew (a restart).
+//!
+//! A failed data folder (KIP-858's `handleDirectoriesOffline`, for the
+//! partitions the broker leads): [`on_replicas_offline`] moves each
+//! leadership of the broker whose replica is offline to another ISR member
+//! and takes the broker out of that ISR.
 
 use crate::image::MetadataImage;
+use crate::reassignment::{self, Target};
 use crate::records::MetadataRecord;
 
 /// The partition changes for `broker` becoming fenced (`fenced`) or
@@ -206,6 +212,44 @@ pub fn on_controlled_shutdown(image: &MetadataImage, broker: i32) -> Option<Vec<
     };
     records.extend(on_broker_session(image, broker, true));
     Some(records)
+}
+
+/// The changes for the partitions `broker` leads whose replica there is
+/// offline (`offline(topic, partition)`: its log is in a failed data
+/// folder): `broker` leaves the ISR and the first replica of the ISR left
+/// that may lead (registered, unfenced, not in controlled shutdown) leads,
+/// with the next leader and partition epochs (Kafka's
+/// `PartitionChangeBuilder` with the broker excluded from the target ISR
+/// and from the leaders it accepts); with none, the partition has no
+/// leader (-1) until an ISR member comes back. A partition whose ISR is
+/// `broker` alone is left as it is: no other replica has all its records
+/// (`unclean.leader.election.enable` is off), so it stays offline here.
+/// Empty once there is nothing left to do.
+pub fn on_replicas_offline(
+    image: &MetadataImage,
+    broker: i32,
+    offline: impl Fn(&str, i32) -> bool,
+) -> Vec<MetadataRecord> {
+    let mut out = Vec::new();
+    for t in image.topics() {
+        for (&partition_id, p) in &t.partitions {
+            if p.leader != broker || p.isr.iter().all(|&r| r == broker) {
+                continue;
+            }
+            if !offline(&t.name, partition_id) {
+                continue;
+            }
+            let mut target = Target::of(p);
+            target.isr.retain(|&r| r != broker);
+            let next = reassignment::build(p, target, |id| {
+                id != broker && reassignment::may_lead(image, id)
+            });
+            if let Some(next) = next {
+                out.push(reassignment::record(t.id, partition_id, &next));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -415,5 +459,43 @@ mod tests {
             .collect();
         assert_eq!(changes, vec![(vec![1], 1, 5, 7)]);
         assert_eq!(on_controlled_shutdown(&img, 9), None);
+    }
+
+    #[test]
+    fn offline_replicas_hand_their_leaderships_over_and_leave_the_isr() {
+        let mut img = image(&[
+            // Led by 1, offline: 2 leads (first of the ISR left).
+            (&[1, 2, 3], &[1, 2], 1),
+            // Led by 1, offline, ISR 1 alone: stays.
+            (&[1, 2], &[1], 1),
+            // Led by 1, in a folder that works: untouched.
+            (&[1, 2, 3], &[1, 2, 3], 1),
+            // Followed by 1, offline: its leader shrinks it later.
+            (&[2, 1, 3], &[2, 1, 3], 2),
+            // Led by 1, offline, the other ISR member is fenced: no leader.
+            (&[1, 3], &[1, 3], 1),
+        ]);
+        fence(&mut img, 3, true);
+        let offline = |topic: &str, p: i32| topic == "t" && p != 2;
+        let records = on_replicas_offline(&img, 1, offline);
+        let changes: Vec<_> = records.iter().map(state).collect();
+        assert_eq!(changes, vec![(vec![2], 2, 4, 6), (vec![3], -1, 4, 6)]);
+        for r in &records {
+            img.apply(r);
+        }
+        // Done: nothing more; and neither a session change nor a preferred
+        // election brings 1 back, it is out of those ISRs.
+        assert!(on_replicas_offline(&img, 1, offline).is_empty());
+        fence(&mut img, 3, false);
+        let changes: Vec<_> = on_broker_session(&img, 3, false)
+            .iter()
+            .map(state)
+            .collect();
+        assert_eq!(changes, vec![(vec![3], 3, 5, 7)]);
+        assert!(on_broker_session(&img, 1, false).is_empty());
+        assert_eq!(
+            elect(&img, "t", 0, ElectionType::Preferred),
+            Some(Err(NoElection::PreferredNotAvailable))
+        );
     }
 }

@@ -14,7 +14,7 @@
 //! - [`quorum`]: the metadata quorum (design 018): the same log replicated
 //!   by Raft (openraft) between controllers.
 //! - [`election`]: partition leaders and ISRs when a broker is fenced or
-//!   unfenced.
+//!   unfenced, and when its replicas in a failed data folder go offline.
 //! - [`reassignment`]: partition reassignments (the target replicas, their
 //!   completion once in sync, cancellation).
 //! - [`producer_ids`]: blocks of producer ids, allocated through the
