@@ -13,7 +13,8 @@
 //! partition is truncated with OffsetForLeaderEpoch round after round
 //! (KIP-101/279) before it is fetched again.
 //!
-//! Fetching starts once this process's broker registration is in the
+//! A partition whose log is offline (its data folder failed) is not
+//! fetched. Fetching starts once this process's broker registration is in the
 //! metadata log. The tasks follow the metadata image: a task whose leader leads nothing
 //! this node follows any more ends; the manager starts one for each new
 //! leader. Connections are plain Kafka connections to the leader's
@@ -183,11 +184,28 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
             return;
         }
         // A replica a reassignment just added gets its log from the
-        // metadata follower; until then it is not fetched.
-        parts.retain(|p| log_of(&b, &p.topic, p.partition).is_ok());
+        // metadata follower; until then it is not fetched. A log in an
+        // offline folder is not fetched at all (Kafka removes its
+        // fetcher): it cannot append, and its fetch offset would tell the
+        // leader it is still caught up, keeping it in (or bringing it back
+        // into) the ISR.
+        let mut offline = 0usize;
+        parts.retain(|p| match log_of(&b, &p.topic, p.partition) {
+            Ok(log) if log.is_offline() => {
+                offline += 1;
+                false
+            }
+            Ok(_) => true,
+            Err(_) => false,
+        });
         if parts.is_empty() {
             drop(b);
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            let wait = if offline > 0 {
+                backoff
+            } else {
+                Duration::from_millis(20)
+            };
+            tokio::time::sleep(wait).await;
             continue;
         }
         let result = async {

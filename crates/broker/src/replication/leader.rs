@@ -164,8 +164,8 @@ impl LeaderState {
     /// The ISR change to propose now, if any (none while one is in
     /// flight): followers of the ISR not caught up within
     /// `replica.lag.time.max.ms` leave it (never the leader); a follower
-    /// outside it that reached the high watermark and this epoch's start
-    /// joins it.
+    /// outside it that fetched within that time and reached the high
+    /// watermark and this epoch's start joins it.
     pub(crate) fn propose_isr_change(&mut self, now_ms: u64) -> Option<IsrProposal> {
         if self.pending.is_some() {
             return None;
@@ -187,8 +187,12 @@ impl LeaderState {
                 isr.remove(id);
             }
         } else {
+            // Only a follower fetching now joins (Kafka expands the ISR
+            // on a fetch): one that stopped (its folder failed, it hangs)
+            // stays out rather than rejoining on its last fetch offset.
             let joining = self.followers.iter().find(|(id, f)| {
                 !self.isr.contains(id)
+                    && now_ms.saturating_sub(f.last_fetch_ms) <= self.lag_time_max_ms
                     && f.log_end_offset >= self.high_watermark
                     && f.log_end_offset >= self.epoch_start_offset
             });
@@ -281,6 +285,29 @@ mod tests {
         let p = l.propose_isr_change(1006).expect("expand");
         assert_eq!(p.isr, BTreeSet::from([1, 2, 3]));
         assert_eq!(p.partition_epoch, 8);
+    }
+
+    #[test]
+    fn a_follower_that_stopped_fetching_does_not_rejoin() {
+        let mut l = leader();
+        l.on_follower_fetch(2, 10, 10, 100);
+        l.on_follower_fetch(3, 10, 10, 100);
+        // 3 stops fetching while caught up: out after the lag time.
+        l.on_follower_fetch(2, 10, 10, 1050);
+        let p = l.propose_isr_change(1101).expect("shrink");
+        assert_eq!(p.isr, BTreeSet::from([1, 2]));
+        l.on_isr_committed(Some((p.isr, 8)), 10);
+        // Its last fetch offset is still the high watermark, but it does
+        // not fetch any more: it stays out.
+        assert_eq!(l.propose_isr_change(1102), None);
+        l.on_follower_fetch(2, 10, 10, 4999);
+        assert_eq!(l.propose_isr_change(5000), None);
+        // Fetching again, it joins.
+        l.on_follower_fetch(3, 10, 10, 5001);
+        assert_eq!(
+            l.propose_isr_change(5002).map(|p| p.isr),
+            Some(BTreeSet::from([1, 2, 3]))
+        );
     }
 
     #[test]
