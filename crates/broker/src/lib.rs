@@ -22,6 +22,8 @@
 //!   markers, timers); `txn_markers`: the marker write path.
 //! - `metadata_follower`: with the metadata quorum (design 018), the data
 //!   folder follows every committed metadata change, whoever made it.
+//! - `log_dir_failure`: with the metadata quorum, a data folder gone
+//!   offline hands the leaderships of its partitions to other replicas.
 //! - `blocking`: disk work kept off the async workers.
 //! - `producer_ids`: producer ids for InitProducerId, in blocks recorded
 //!   in the metadata log.
@@ -46,6 +48,9 @@ mod handlers;
 mod inter_broker;
 pub mod internal_topics;
 mod limits;
+mod log_dir_failure;
+#[cfg(test)]
+mod log_dir_failure_tests;
 mod metadata_follower;
 mod partition;
 mod producer_ids;

@@ -105,6 +105,10 @@ impl Server {
             Arc::downgrade(&self.broker),
             stop_rx.clone(),
         ));
+        let log_dirs_task = tokio::spawn(crate::log_dir_failure::run(
+            Arc::downgrade(&self.broker),
+            stop_rx.clone(),
+        ));
         let mut tasks = tokio::task::JoinSet::new();
         // Asked to stop, a node of a metadata quorum first hands its
         // leaderships over (controlled shutdown) while it still serves
@@ -182,6 +186,7 @@ impl Server {
         let _ = fetchers.await;
         let _ = isr_task.await;
         let _ = rebalance_task.await;
+        let _ = log_dirs_task.await;
         let broker = self.broker;
         tokio::task::spawn_blocking(move || broker.shutdown())
             .await
