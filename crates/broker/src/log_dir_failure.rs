@@ -11,8 +11,10 @@
 //! whose ISR is this node alone keeps it (nobody else has its records;
 //! no unclean election). The quorum leader refuses a change made on a
 //! stale partition state; a change not committed (that, or no quorum
-//! leader) is computed again on the next round, until the folder is
-//! handed over, once.
+//! leader) is computed again on the next round. The folders are looked at
+//! again every round while offline, so a leadership this node gets back
+//! in the meantime (an election while it was still in an ISR it follows)
+//! is handed over again; once handed over, a round finds nothing to do.
 //!
 //! Nothing brings this node back for those partitions while the folder is
 //! offline: it is out of their ISR, every election (a fenced leader, an
@@ -25,8 +27,7 @@
 //! The single combined node (no quorum) has no other replica: its
 //! partitions in the folder stay offline.
 
-use std::collections::BTreeSet;
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 use std::time::Duration;
 
 use sluice_controller::election::on_replicas_offline;
@@ -39,31 +40,22 @@ use crate::broker::Broker;
 /// How often the folders are looked at.
 const CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Hands over the leaderships of every folder that goes offline, until
-/// `stop` turns true.
+/// Hands over the leaderships of every offline folder, until `stop`
+/// turns true.
 pub(crate) async fn run(broker: Weak<Broker>, mut stop: watch::Receiver<bool>) {
-    // The folders whose leaderships are handed over.
-    let mut done: BTreeSet<usize> = BTreeSet::new();
     loop {
         let Some(b) = broker.upgrade() else { return };
         if b.metadata.quorum().is_some() {
-            let pending = Arc::clone(&b);
-            let before = done.clone();
-            let handed = tokio::task::spawn_blocking(move || {
-                let offline = pending.logs.offline_dirs();
-                offline
-                    .difference(&before)
-                    .copied()
-                    .filter(|&dir| pending.hand_over_offline_dir(dir))
-                    .collect::<Vec<_>>()
+            let done = tokio::task::spawn_blocking(move || {
+                for dir in b.logs.offline_dirs() {
+                    b.hand_over_offline_dir(dir);
+                }
             })
             .await;
-            match handed {
-                Ok(dirs) => done.extend(dirs),
-                Err(e) => tracing::error!(error = %e, "offline folder task failed"),
+            if let Err(e) = done {
+                tracing::error!(error = %e, "offline folder task failed");
             }
         }
-        drop(b);
         tokio::select! {
             _ = stop.changed() => {}
             () = tokio::time::sleep(CHECK_INTERVAL) => {}
@@ -80,14 +72,19 @@ impl Broker {
     /// this node out of their ISR. `false`: the change was not committed;
     /// try again.
     pub(crate) fn hand_over_offline_dir(&self, dir: usize) -> bool {
+        let in_dir = |topic: &str, partition: i32| {
+            self.logs
+                .get(&TopicPartition::new(topic, partition))
+                .is_some_and(|log| self.logs.dir_index_of(&log) == Some(dir))
+        };
+        // Nothing to do (every round once handed over): no lock taken.
+        if on_replicas_offline(&self.image(), self.node_id, in_dir).is_empty() {
+            return true;
+        }
         let (records, image) = {
             let _guard = self.metadata.lock_for_change();
             let image = self.image();
-            let records = on_replicas_offline(&image, self.node_id, |topic, partition| {
-                self.logs
-                    .get(&TopicPartition::new(topic, partition))
-                    .is_some_and(|log| self.logs.dir_index_of(&log) == Some(dir))
-            });
+            let records = on_replicas_offline(&image, self.node_id, in_dir);
             if records.is_empty() {
                 return true;
             }
@@ -126,7 +123,8 @@ impl Broker {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::collections::BTreeSet;
+
     use crate::handlers::test_support::{append, open_broker};
 
     /// The single combined node: every replica is alone in its ISR, so a
