@@ -199,9 +199,11 @@ async fn the_automatic_rebalance_gives_leadership_back() {
 }
 
 /// A split cluster (one controller, id 1; brokers 2 and 3) so both
-/// replicas can be down while the quorum runs. With the topic config on,
-/// a replica out of the ISR leads once the ISR's last member is gone:
-/// records only that member had are lost, and it truncates them when back.
+/// replicas can be down while the quorum runs. With the topic config off,
+/// the partition whose ISR's last member is gone stays leaderless though
+/// another replica is back; turned on, that replica leads at the quorum
+/// leader's next broker-session round: records only the old ISR member had
+/// are lost, and it truncates them when back.
 /// (Each broker's stop is a controlled shutdown: the follower leaves the
 /// ISR at once; the stopping leader finds nobody to hand over to.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -230,7 +232,7 @@ async fn an_out_of_sync_replica_leads_when_unclean_election_is_enabled() {
     .await;
     let creator = Arc::clone(&b2);
     tokio::task::spawn_blocking(move || {
-        let unclean = [("unclean.leader.election.enable".into(), "true".into())];
+        let unclean = [("unclean.leader.election.enable".into(), "false".into())];
         creator.create_topic("r", 1, 2, &unclean, false)
     })
     .await
@@ -277,10 +279,30 @@ async fn an_out_of_sync_replica_leads_when_unclean_election_is_enabled() {
     let leaderless = partition();
     assert_eq!(leaderless.isr, vec![l]);
 
-    // The out-of-sync follower comes back: unclean election makes it the
-    // leader, its ISR just it, in the next leader epoch.
+    // The out-of-sync follower comes back: registered and unfenced, it
+    // may not lead. With the topic config turned on, unclean election
+    // makes it the leader, its ISR just it, in the next leader epoch.
     brokers[(f - 2) as usize] = Some(start(follower_config).await);
     let new_leader = broker(&brokers, f);
+    eventually("the follower registered and unfenced", || {
+        quorum
+            .image()
+            .broker(f)
+            .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
+    })
+    .await;
+    assert_eq!(partition().leader, -1);
+    let editor = Arc::clone(&new_leader);
+    tokio::task::spawn_blocking(move || {
+        editor.edit_topic_configs("r", false, |current, _| {
+            let mut next = current.clone();
+            next.insert("unclean.leader.election.enable".into(), "true".into());
+            Ok(next)
+        })
+    })
+    .await
+    .expect("task")
+    .expect("altered");
     eventually("the out-of-sync replica leads", || {
         let s = state_in(&new_leader);
         s.leader == f && s.isr == vec![f]
