@@ -320,7 +320,7 @@ async fn a_broker_in_controlled_shutdown_rejoins_no_isr_until_it_registers_again
     produce(&leader, "a").await.expect("acks=all");
     // Only the mark and the ISR change: the node keeps running and
     // fetching.
-    let records = sluice_controller::election::on_controlled_shutdown(&leader.image(), f)
+    let records = sluice_controller::election::on_controlled_shutdown(&leader.image(), f, false)
         .expect("registered");
     leader
         .metadata

@@ -51,6 +51,9 @@ impl Broker {
             return Outcome::NotNeeded;
         }
         let deadline = Instant::now() + timeout;
+        // The static default; the topic configs and the cluster-wide
+        // dynamic one come from the image.
+        let unclean_default = self.config.bool("unclean.leader.election.enable");
         tracing::info!(
             node_id = self.node_id,
             "controlled shutdown: moving leadership away"
@@ -58,7 +61,8 @@ impl Broker {
         loop {
             // Computed on this node's image; the quorum leader refuses a
             // change made on a stale partition state, then it is redone.
-            let records = match on_controlled_shutdown(&self.image(), self.node_id) {
+            let records = match on_controlled_shutdown(&self.image(), self.node_id, unclean_default)
+            {
                 // Never registered: nobody expects anything of it.
                 None => return Outcome::NotNeeded,
                 Some(r) if r.is_empty() => break,
@@ -86,7 +90,7 @@ impl Broker {
         }
         // The partition layer follows the committed image.
         loop {
-            let done = on_controlled_shutdown(&self.image(), self.node_id)
+            let done = on_controlled_shutdown(&self.image(), self.node_id, unclean_default)
                 .is_none_or(|r| r.is_empty())
                 && self.partitions.all().is_empty();
             if done {

@@ -1,11 +1,17 @@
 //! Partition leadership when a broker's session changes (Kafka's
-//! `ReplicationControlManager.handleBrokerFenced` / `handleBrokerUnfenced`):
-//! a fenced broker leaves every ISR it is in (unless it is the last
-//! member), and each partition it led gets a new leader, the first replica
-//! in the ISR that is registered and not fenced, with the next leader
-//! epoch; with none, the partition has no leader (-1) until an ISR member
-//! comes back (`unclean.leader.election.enable` is off). An unfenced broker
-//! leads the leaderless partitions whose ISR holds it.
+//! `ReplicationControlManager.handleBrokerFenced` / `handleBrokerUnfenced`
+//! and `PartitionChangeBuilder.electAnyLeader`): a fenced broker leaves
+//! every ISR it is in (unless it is the last member), and each partition
+//! it led gets a new leader, the first replica (in replica order) in the
+//! ISR that is registered, not fenced and not in controlled shutdown, with
+//! the next leader epoch. With none, the partition has no leader (-1)
+//! until an ISR member comes back, unless `unclean.leader.election.enable`
+//! is on for its topic ([`unclean_enabled`]): then the first such replica
+//! out of the ISR leads, and the ISR becomes just it (an unclean election:
+//! what only the old ISR had is lost). An unfenced broker brings the
+//! leaderless partitions it is a replica of back: their first usable ISR
+//! member leads (it, when it is in the ISR), else, with unclean election
+//! on, their first usable replica (it, at the latest).
 //!
 //! Elections asked for (ElectLeaders) and the automatic preferred-leader
 //! rebalance follow Kafka's `PartitionChangeBuilder`: a PREFERRED election
@@ -24,16 +30,60 @@
 //! leadership of the broker whose replica is offline to another ISR member
 //! and takes the broker out of that ISR.
 
-use crate::image::MetadataImage;
+use crate::image::{MetadataImage, PartitionImage, TopicImage};
 use crate::reassignment::{self, Target};
 use crate::records::MetadataRecord;
 
+/// The topic and broker config key.
+pub const UNCLEAN_LEADER_ELECTION_ENABLE: &str = "unclean.leader.election.enable";
+
+/// Whether `unclean.leader.election.enable` is on for topic `t` (Kafka's
+/// `ConfigurationControlManager.uncleanLeaderElectionEnabledForTopic`):
+/// the topic's config, else the cluster-wide dynamic broker config
+/// (resource name ""), else `default`, the controller's static
+/// `unclean.leader.election.enable`. A value is true when it reads `true`
+/// in any case (Java's `Boolean.parseBoolean`).
+pub fn unclean_enabled(image: &MetadataImage, t: &TopicImage, default: bool) -> bool {
+    t.configs
+        .get(UNCLEAN_LEADER_ELECTION_ENABLE)
+        .or_else(|| image.broker_configs().get(UNCLEAN_LEADER_ELECTION_ENABLE))
+        .map_or(default, |v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// A leader for partition `p` whose ISR is to be `isr` (Kafka's
+/// `electAnyLeader` without eligible leader replicas): the first replica
+/// in `isr` that `usable` accepts, the ISR unchanged; else, if `unclean`,
+/// the first replica `usable` accepts, the ISR just it. `None`: no leader.
+fn elect_any(
+    p: &PartitionImage,
+    isr: &[i32],
+    usable: impl Fn(i32) -> bool,
+    unclean: bool,
+) -> Option<(i32, Vec<i32>)> {
+    if let Some(&l) = p.replicas.iter().find(|&&r| isr.contains(&r) && usable(r)) {
+        return Some((l, isr.to_vec()));
+    }
+    if !unclean {
+        return None;
+    }
+    let l = p.replicas.iter().copied().find(|&r| usable(r))?;
+    Some((l, vec![l]))
+}
+
 /// The partition changes for `broker` becoming fenced (`fenced`) or
 /// unfenced, computed on `image` with the session change applied. Each
-/// change bumps the partition epoch.
-pub fn on_broker_session(image: &MetadataImage, broker: i32, fenced: bool) -> Vec<MetadataRecord> {
+/// change bumps the partition epoch. `unclean_default` is the controller's
+/// static `unclean.leader.election.enable` (see [`unclean_enabled`]).
+pub fn on_broker_session(
+    image: &MetadataImage,
+    broker: i32,
+    fenced: bool,
+    unclean_default: bool,
+) -> Vec<MetadataRecord> {
+    // Who may lead: registered, not fenced, not in controlled shutdown;
+    // never the broker being fenced.
     let usable = |id: i32| {
-        id != broker
+        (id != broker || !fenced)
             && image
                 .broker(id)
                 .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
@@ -47,6 +97,7 @@ pub fn on_broker_session(image: &MetadataImage, broker: i32, fenced: bool) -> Ve
         return out;
     }
     for t in image.topics() {
+        let unclean = unclean_enabled(image, t, unclean_default);
         for (&partition_id, p) in &t.partitions {
             let (isr, leader, leader_epoch) = if fenced {
                 if !p.isr.contains(&broker) && p.leader != broker {
@@ -56,24 +107,36 @@ pub fn on_broker_session(image: &MetadataImage, broker: i32, fenced: bool) -> Ve
                 if isr.len() > 1 {
                     isr.retain(|&r| r != broker);
                 }
-                if p.leader == broker {
-                    let next = p
-                        .replicas
-                        .iter()
-                        .copied()
-                        .find(|&r| isr.contains(&r) && usable(r))
-                        .unwrap_or(-1);
-                    (isr, next, p.leader_epoch + 1)
+                if p.leader == broker || p.leader < 0 {
+                    match elect_any(p, &isr, usable, unclean) {
+                        Some((l, isr)) => (isr, l, p.leader_epoch + 1),
+                        None if p.leader == broker => (isr, -1, p.leader_epoch + 1),
+                        None => (isr, -1, p.leader_epoch),
+                    }
                 } else {
                     (isr, p.leader, p.leader_epoch)
                 }
-            } else if p.leader < 0 && p.isr.contains(&broker) {
-                (p.isr.clone(), broker, p.leader_epoch + 1)
+            } else if p.leader < 0 && p.replicas.contains(&broker) {
+                match elect_any(p, &p.isr, usable, unclean) {
+                    Some((l, isr)) => (isr, l, p.leader_epoch + 1),
+                    None => continue,
+                }
             } else {
                 continue;
             };
             if isr == p.isr && leader == p.leader {
                 continue;
+            }
+            if leader >= 0 && !p.isr.contains(&leader) {
+                // Kafka logs these at INFO too: data only the old ISR
+                // had is lost.
+                tracing::info!(
+                    topic = %t.name,
+                    partition = partition_id,
+                    leader,
+                    "unclean leader election: a replica out of the ISR {:?} leads",
+                    p.isr
+                );
             }
             out.push(MetadataRecord::Partition {
                 partition_id,
@@ -158,15 +221,10 @@ pub fn elect(
         }
         ElectionType::Preferred => Err(NoElection::PreferredNotAvailable),
         ElectionType::Unclean if p.leader >= 0 => Err(NoElection::NotNeeded),
-        ElectionType::Unclean => {
-            if let Some(&l) = p.replicas.iter().find(|&&r| p.isr.contains(&r) && live(r)) {
-                Ok(change(l, p.isr.clone()))
-            } else if let Some(&l) = p.replicas.iter().find(|&&r| live(r)) {
-                Ok(change(l, vec![l]))
-            } else {
-                Err(NoElection::EligibleNotAvailable)
-            }
-        }
+        ElectionType::Unclean => match elect_any(p, &p.isr, live, true) {
+            Some((l, isr)) => Ok(change(l, isr)),
+            None => Err(NoElection::EligibleNotAvailable),
+        },
     })
 }
 
@@ -192,7 +250,12 @@ pub fn rebalance(image: &MetadataImage, max: usize) -> Vec<MetadataRecord> {
 /// the mark (unless already there), then its ISR and leadership moves
 /// (those of [`on_broker_session`] for a fenced broker). Empty once there
 /// is nothing left to do; `None` if `broker` is not registered.
-pub fn on_controlled_shutdown(image: &MetadataImage, broker: i32) -> Option<Vec<MetadataRecord>> {
+/// `unclean_default` as for [`on_broker_session`].
+pub fn on_controlled_shutdown(
+    image: &MetadataImage,
+    broker: i32,
+    unclean_default: bool,
+) -> Option<Vec<MetadataRecord>> {
     let b = image.broker(broker)?;
     let mut records = Vec::new();
     let mut next;
@@ -210,7 +273,7 @@ pub fn on_controlled_shutdown(image: &MetadataImage, broker: i32) -> Option<Vec<
         records.push(mark);
         &next
     };
-    records.extend(on_broker_session(image, broker, true));
+    records.extend(on_broker_session(image, broker, true, unclean_default));
     Some(records)
 }
 
@@ -257,6 +320,7 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
+    use crate::records::{RESOURCE_BROKER, RESOURCE_TOPIC};
 
     fn image(parts: &[(&[i32], &[i32], i32)]) -> MetadataImage {
         let mut img = MetadataImage::default();
@@ -322,7 +386,10 @@ mod tests {
             (&[1, 3], &[1], 1),
         ]);
         fence(&mut img, 1, true);
-        let changes: Vec<_> = on_broker_session(&img, 1, true).iter().map(state).collect();
+        let changes: Vec<_> = on_broker_session(&img, 1, true, false)
+            .iter()
+            .map(state)
+            .collect();
         assert_eq!(
             changes,
             vec![
@@ -341,13 +408,16 @@ mod tests {
         let mut img = image(&[(&[1, 2, 3], &[1, 2], 1)]);
         fence(&mut img, 2, true);
         fence(&mut img, 1, true);
-        let changes: Vec<_> = on_broker_session(&img, 1, true).iter().map(state).collect();
+        let changes: Vec<_> = on_broker_session(&img, 1, true, false)
+            .iter()
+            .map(state)
+            .collect();
         assert_eq!(changes, vec![(vec![2], -1, 4, 6)]);
-        for r in on_broker_session(&img, 1, true) {
+        for r in on_broker_session(&img, 1, true, false) {
             img.apply(&r);
         }
         fence(&mut img, 2, false);
-        let changes: Vec<_> = on_broker_session(&img, 2, false)
+        let changes: Vec<_> = on_broker_session(&img, 2, false, false)
             .iter()
             .map(state)
             .collect();
@@ -408,7 +478,7 @@ mod tests {
             (&[1], &[1], 1),
             (&[2, 3], &[2, 3], 2),
         ]);
-        let records = on_controlled_shutdown(&img, 1).expect("registered");
+        let records = on_controlled_shutdown(&img, 1, false).expect("registered");
         assert_eq!(
             records[0],
             MetadataRecord::BrokerRegistrationChange {
@@ -435,16 +505,19 @@ mod tests {
         }
         assert!(img.broker(1).expect("1").in_controlled_shutdown);
         // Done: nothing more to change; and 1 is not elected again.
-        assert_eq!(on_controlled_shutdown(&img, 1), Some(Vec::new()));
+        assert_eq!(on_controlled_shutdown(&img, 1, false), Some(Vec::new()));
         fence(&mut img, 2, true);
-        let changes: Vec<_> = on_broker_session(&img, 2, true).iter().map(state).collect();
+        let changes: Vec<_> = on_broker_session(&img, 2, true, false)
+            .iter()
+            .map(state)
+            .collect();
         assert_eq!(
             changes,
             vec![(vec![3], 3, 5, 7), (vec![3], 3, 4, 7), (vec![3], 3, 4, 6)]
         );
         // Still in controlled shutdown: not elected for its own partition;
         // registered again (a restart), it leads it.
-        assert!(on_broker_session(&img, 1, false).is_empty());
+        assert!(on_broker_session(&img, 1, false, false).is_empty());
         img.apply(&MetadataRecord::RegisterBroker {
             broker_id: 1,
             incarnation_id: Uuid::from_u128(11),
@@ -453,12 +526,112 @@ mod tests {
             rack: None,
             fenced: false,
         });
-        let changes: Vec<_> = on_broker_session(&img, 1, false)
+        let changes: Vec<_> = on_broker_session(&img, 1, false, false)
             .iter()
             .map(state)
             .collect();
         assert_eq!(changes, vec![(vec![1], 1, 5, 7)]);
-        assert_eq!(on_controlled_shutdown(&img, 9), None);
+        assert_eq!(on_controlled_shutdown(&img, 9, false), None);
+    }
+
+    fn set_config(img: &mut MetadataImage, resource_type: i8, resource: &str, value: Option<&str>) {
+        img.apply(&MetadataRecord::Config {
+            resource_type,
+            resource_name: resource.into(),
+            name: UNCLEAN_LEADER_ELECTION_ENABLE.into(),
+            value: value.map(str::to_string),
+        });
+    }
+
+    /// Fences 1 (the only ISR member of the partitions it leads): the
+    /// changes that makes with static default `default`.
+    fn lose_the_isr(img: &mut MetadataImage, default: bool) -> Vec<(Vec<i32>, i32, i32, i32)> {
+        fence(img, 1, true);
+        on_broker_session(img, 1, true, default)
+            .iter()
+            .map(state)
+            .collect()
+    }
+
+    #[test]
+    fn with_unclean_election_off_a_partition_without_a_live_isr_member_stays_leaderless() {
+        let mut img = image(&[(&[1, 2, 3], &[1], 1)]);
+        assert_eq!(lose_the_isr(&mut img, false), vec![(vec![1], -1, 4, 6)]);
+        for r in on_broker_session(&img, 1, true, false) {
+            img.apply(&r);
+        }
+        // 2 and 3 are live but out of sync: unfencing one elects nobody.
+        fence(&mut img, 3, true);
+        fence(&mut img, 3, false);
+        assert!(on_broker_session(&img, 3, false, false).is_empty());
+    }
+
+    #[test]
+    fn the_topic_config_elects_the_first_live_replica_out_of_the_isr() {
+        let mut img = image(&[(&[1, 3, 2], &[1], 1), (&[1, 2, 3], &[1, 2], 1)]);
+        set_config(&mut img, RESOURCE_TOPIC, "t", Some("true"));
+        // 3 comes first in replica order; its ISR is just it; next epochs.
+        // The partition with 2 in its ISR has a clean election.
+        assert_eq!(
+            lose_the_isr(&mut img, false),
+            vec![(vec![3], 3, 4, 6), (vec![2], 2, 4, 6)]
+        );
+        // Controlled shutdown of the only ISR member hands over the same way.
+        let mut img = image(&[(&[1, 2, 3], &[1], 1)]);
+        set_config(&mut img, RESOURCE_TOPIC, "t", Some("TRUE"));
+        let records = on_controlled_shutdown(&img, 1, false).expect("registered");
+        assert_eq!(state(&records[1]), (vec![2], 2, 4, 6));
+    }
+
+    #[test]
+    fn the_broker_default_applies_to_topics_without_the_config() {
+        let mut img = image(&[(&[1, 2, 3], &[1], 1)]);
+        assert_eq!(lose_the_isr(&mut img, true), vec![(vec![2], 2, 4, 6)]);
+        // The cluster-wide dynamic broker config overrides the static one,
+        // both ways.
+        let mut img = image(&[(&[1, 2, 3], &[1], 1)]);
+        set_config(&mut img, RESOURCE_BROKER, "", Some("true"));
+        assert_eq!(lose_the_isr(&mut img, false), vec![(vec![2], 2, 4, 6)]);
+        let mut img = image(&[(&[1, 2, 3], &[1], 1)]);
+        set_config(&mut img, RESOURCE_BROKER, "", Some("false"));
+        assert_eq!(lose_the_isr(&mut img, true), vec![(vec![1], -1, 4, 6)]);
+    }
+
+    #[test]
+    fn a_topic_config_false_overrides_a_true_default() {
+        let mut img = image(&[(&[1, 2, 3], &[1], 1)]);
+        set_config(&mut img, RESOURCE_TOPIC, "t", Some("false"));
+        set_config(&mut img, RESOURCE_BROKER, "", Some("true"));
+        assert_eq!(lose_the_isr(&mut img, true), vec![(vec![1], -1, 4, 6)]);
+        // Removing the topic config lets the default apply again.
+        set_config(&mut img, RESOURCE_TOPIC, "t", None);
+        let t = img.topic("t").expect("t");
+        assert!(unclean_enabled(&img, t, false));
+    }
+
+    #[test]
+    fn an_unfenced_replica_of_a_leaderless_unclean_topic_leads() {
+        // Leaderless: its only ISR member 1 is fenced, and so are 2 and 3
+        // (nobody could lead when 1 went).
+        let mut img = image(&[(&[1, 2, 3], &[1], -1), (&[1, 2], &[1], -1)]);
+        for id in 1..=3 {
+            fence(&mut img, id, true);
+        }
+        set_config(&mut img, RESOURCE_TOPIC, "t", Some("true"));
+        fence(&mut img, 3, false);
+        let changes: Vec<_> = on_broker_session(&img, 3, false, false)
+            .iter()
+            .map(state)
+            .collect();
+        // Only the partition 3 is a replica of.
+        assert_eq!(changes, vec![(vec![3], 3, 4, 6)]);
+        // With 2 back as well, the first live replica in replica order.
+        fence(&mut img, 2, false);
+        let changes: Vec<_> = on_broker_session(&img, 2, false, false)
+            .iter()
+            .map(state)
+            .collect();
+        assert_eq!(changes, vec![(vec![2], 2, 4, 6), (vec![2], 2, 4, 6)]);
     }
 
     #[test]
@@ -487,12 +660,13 @@ mod tests {
         // election brings 1 back, it is out of those ISRs.
         assert!(on_replicas_offline(&img, 1, offline).is_empty());
         fence(&mut img, 3, false);
-        let changes: Vec<_> = on_broker_session(&img, 3, false)
-            .iter()
-            .map(state)
-            .collect();
+        let records = on_broker_session(&img, 3, false, false);
+        let changes: Vec<_> = records.iter().map(state).collect();
         assert_eq!(changes, vec![(vec![3], 3, 5, 7)]);
-        assert!(on_broker_session(&img, 1, false).is_empty());
+        for r in &records {
+            img.apply(r);
+        }
+        assert!(on_broker_session(&img, 1, false, false).is_empty());
         assert_eq!(
             elect(&img, "t", 0, ElectionType::Preferred),
             Some(Err(NoElection::PreferredNotAvailable))

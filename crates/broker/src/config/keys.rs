@@ -236,7 +236,7 @@ pub(crate) const BROKER_KEYS: &[Key] = &[
     key("auto.leader.rebalance.enable", Bool, Some("true"), Any, Replication, USED, PUBLIC, "move leadership back to preferred replicas"),
     key("leader.imbalance.check.interval.seconds", Long, Some("300"), AtLeast(1), Replication, USED, PUBLIC, "leader balance check interval"),
     key("unclean.leader.election.interval.ms", Long, Some("300000"), AtLeast(1), Replication, NO_EFFECT, INTERNAL, "unclean election check interval (internal)"),
-    key("unclean.leader.election.enable", Bool, Some("false"), Any, Replication, NO_EFFECT, PUBLIC, "default unclean.leader.election.enable"),
+    key("unclean.leader.election.enable", Bool, Some("false"), Any, Replication, USED, PUBLIC, "default of the topic config unclean.leader.election.enable: elect an out-of-sync replica when no in-sync one is left"),
     key("security.inter.broker.protocol", Str, Some("PLAINTEXT"), OneOf(&["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]), Replication, NO_EFFECT, PUBLIC, "protocol between brokers"),
     key("inter.broker.listener.name", Str, None, Any, Replication, NO_EFFECT, PUBLIC, "listener between brokers"),
     key("replica.selector.class", Str, None, Any, Replication, NO_EFFECT, PUBLIC, "class choosing the replica a consumer reads from"),

@@ -115,6 +115,7 @@ impl BrokerConfig {
         c.heartbeat_interval_ms = (election / 5).max(5);
         c.request_timeout_ms = self.int("controller.quorum.request.timeout.ms").max(1) as u64;
         c.broker_session_timeout_ms = self.int("broker.session.timeout.ms").max(10) as u64;
+        c.unclean_leader_election_enable = self.bool("unclean.leader.election.enable");
         c.log = self.metadata_log_config()?;
         c.observer_host = observer_host;
         Ok(Some((c, listener)))
@@ -146,10 +147,12 @@ mod tests {
             ("controller.listener.names", "CONTROLLER"),
             ("controller.quorum.voters", THREE),
             ("controller.quorum.election.timeout.ms", "500"),
+            ("unclean.leader.election.enable", "true"),
         ]);
         c.validate().expect("valid");
         let (q, l) = c.quorum_config().expect("parses").expect("a quorum");
         assert_eq!(q.node_id, 2);
+        assert!(q.unclean_leader_election_enable);
         assert_eq!(q.voters.get(&3).map(String::as_str), Some("127.0.0.1:9097"));
         assert_eq!(q.election_timeout_ms, 500);
         assert_eq!((l.name.as_str(), l.port), ("CONTROLLER", 9095));

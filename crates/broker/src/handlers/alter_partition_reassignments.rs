@@ -159,10 +159,15 @@ fn decide_and_commit(
     let mut outcomes = Vec::new();
     for (topic, partitions) in wanted {
         let hidden = crate::internal_topics::is_hidden(topic);
-        let unclean = image
-            .topic(topic)
-            .and_then(|t| broker.log_config(t).ok())
-            .is_some_and(|c| c.unclean_leader_election_enable);
+        // As the quorum leader's elections decide it: the topic config,
+        // the cluster-wide dynamic default, the static one.
+        let unclean = image.topic(topic).is_some_and(|t| {
+            sluice_controller::election::unclean_enabled(
+                &image,
+                t,
+                broker.config.bool("unclean.leader.election.enable"),
+            )
+        });
         let per = partitions
             .iter()
             .map(|(p, target)| {

@@ -1,6 +1,8 @@
-//! Preferred and unclean leader elections across three in-process nodes:
-//! ElectLeaders on any node, and the automatic rebalance that gives a
-//! failed-over partition back to its preferred replica.
+//! Preferred and unclean leader elections across in-process nodes:
+//! ElectLeaders on any node, the automatic rebalance that gives a
+//! failed-over partition back to its preferred replica, and the unclean
+//! election `unclean.leader.election.enable` makes when the whole ISR is
+//! gone.
 
 use std::sync::Arc;
 
@@ -9,10 +11,13 @@ use proto_kafka::messages::{ApiKey, ElectLeadersRequest, ElectLeadersResponse, T
 use proto_kafka::protocol::StrBytes;
 use proto_kafka::ResponseError;
 
-use super::cluster_tests::{batch, create_r, isr, produce, state_in};
+use super::cluster_tests::{batch, create_r, isr, log_of, produce, raw, state_in};
 use crate::broker::Broker;
 use crate::handlers::test_support::call;
-use crate::test_quorum::{cluster_with, eventually, node, one_cluster_at_a_time, start, Node};
+use crate::test_quorum::{
+    cluster_with, eventually, node, one_cluster_at_a_time, split_configs, start, start_controller,
+    Node,
+};
 
 /// ElectLeaders v2 on `b`: (partition, error code) per result.
 async fn elect(b: &Arc<Broker>, kind: i8, partitions: Option<&[i32]>) -> Vec<(i32, i16)> {
@@ -191,4 +196,141 @@ async fn the_automatic_rebalance_gives_leadership_back() {
     for n in nodes.into_iter().flatten() {
         n.stop().await;
     }
+}
+
+/// A split cluster (one controller, id 1; brokers 2 and 3) so both
+/// replicas can be down while the quorum runs. With the topic config off,
+/// the partition whose ISR's last member is gone stays leaderless though
+/// another replica is back; turned on, that replica leads at the quorum
+/// leader's next broker-session round: records only the old ISR member had
+/// are lost, and it truncates them when back.
+/// (Each broker's stop is a controlled shutdown: the follower leaves the
+/// ISR at once; the stopping leader finds nobody to hand over to.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_out_of_sync_replica_leads_when_unclean_election_is_enabled() {
+    let _cluster = one_cluster_at_a_time().await;
+    let (controller_configs, broker_configs, _dirs) = split_configs(1, 2, |_| {
+        vec![
+            ("broker.session.timeout.ms", "2000".into()),
+            ("replica.lag.time.max.ms", "1500".into()),
+            ("replica.fetch.wait.max.ms", "200".into()),
+            ("replica.fetch.backoff.ms", "50".into()),
+        ]
+    });
+    let controller = start_controller(controller_configs[0].clone()).await;
+    let mut brokers: Vec<Option<Node>> = Vec::new();
+    for c in broker_configs {
+        brokers.push(Some(start(c).await));
+    }
+    let broker = |brokers: &[Option<Node>], id: i32| {
+        Arc::clone(&brokers[(id - 2) as usize].as_ref().expect("running").broker)
+    };
+    let b2 = broker(&brokers, 2);
+    eventually("both brokers registered", || {
+        b2.cluster_brokers().len() == 2
+    })
+    .await;
+    let creator = Arc::clone(&b2);
+    tokio::task::spawn_blocking(move || {
+        let unclean = [("unclean.leader.election.enable".into(), "false".into())];
+        creator.create_topic("r", 1, 2, &unclean, false)
+    })
+    .await
+    .expect("task")
+    .expect("created");
+    eventually("both replicas in the ISR", || {
+        b2.image().topic("r").is_some() && isr(&b2).len() == 2
+    })
+    .await;
+    let state = state_in(&b2);
+    drop(b2);
+    let (l, f) = (state.leader, 5 - state.leader);
+
+    // The follower stops: it leaves the ISR; the leader takes a record it
+    // never gets, then stops too. Nobody may lead.
+    let follower_config = brokers[(f - 2) as usize]
+        .take()
+        .expect("running")
+        .stop()
+        .await;
+    let leader = broker(&brokers, l);
+    eventually("the follower out of the ISR", || isr(&leader) == vec![l]).await;
+    eventually("the leader leads", || leader.partition("r", 0).is_some()).await;
+    produce(&leader, "only on the old leader")
+        .await
+        .expect("acks=all with the ISR of one");
+    let lost = log_of(&leader).log_end_offset();
+    assert_eq!(lost, 1);
+    drop(leader);
+    let leader_config = brokers[(l - 2) as usize]
+        .take()
+        .expect("running")
+        .stop()
+        .await;
+    let quorum = Arc::clone(&controller.quorum);
+    let partition = || {
+        quorum
+            .image()
+            .topic("r")
+            .and_then(|t| t.partitions.get(&0).cloned())
+            .expect("partition")
+    };
+    eventually("no leader", || partition().leader == -1).await;
+    let leaderless = partition();
+    assert_eq!(leaderless.isr, vec![l]);
+
+    // The out-of-sync follower comes back: registered and unfenced, it
+    // may not lead. With the topic config turned on, unclean election
+    // makes it the leader, its ISR just it, in the next leader epoch.
+    brokers[(f - 2) as usize] = Some(start(follower_config).await);
+    let new_leader = broker(&brokers, f);
+    eventually("the follower registered and unfenced", || {
+        quorum
+            .image()
+            .broker(f)
+            .is_some_and(|b| !b.fenced && !b.in_controlled_shutdown)
+    })
+    .await;
+    assert_eq!(partition().leader, -1);
+    let editor = Arc::clone(&new_leader);
+    tokio::task::spawn_blocking(move || {
+        editor.edit_topic_configs("r", false, |current, _| {
+            let mut next = current.clone();
+            next.insert("unclean.leader.election.enable".into(), "true".into());
+            Ok(next)
+        })
+    })
+    .await
+    .expect("task")
+    .expect("altered");
+    eventually("the out-of-sync replica leads", || {
+        let s = state_in(&new_leader);
+        s.leader == f && s.isr == vec![f]
+    })
+    .await;
+    let elected = state_in(&new_leader);
+    assert_eq!(elected.leader_epoch, leaderless.leader_epoch + 1);
+    assert!(elected.partition_epoch > leaderless.partition_epoch);
+    eventually("it serves the partition", || {
+        new_leader.partition("r", 0).is_some()
+    })
+    .await;
+    produce(&new_leader, "after the unclean election")
+        .await
+        .expect("acks=all on the new leader");
+    assert_eq!(log_of(&new_leader).log_end_offset(), 1);
+
+    // The old leader, back, truncates the record only it had and rejoins.
+    brokers[(l - 2) as usize] = Some(start(leader_config).await);
+    let old = broker(&brokers, l);
+    eventually("the old leader follows and rejoins the ISR", || {
+        isr(&new_leader).len() == 2 && raw(&log_of(&old)) == raw(&log_of(&new_leader))
+    })
+    .await;
+    assert_eq!(log_of(&old).log_end_offset(), 1);
+    drop((quorum, new_leader, old));
+    for b in brokers.into_iter().flatten() {
+        b.stop().await;
+    }
+    controller.stop().await;
 }

@@ -92,6 +92,11 @@ pub struct QuorumConfig {
     /// one) that has not answered the leader's heartbeats for this long is
     /// fenced; it is unfenced when it answers again.
     pub broker_session_timeout_ms: u64,
+    /// The static `unclean.leader.election.enable`: whether a partition
+    /// left without a live ISR member gets a leader out of the ISR, for
+    /// topics that do not set it and without a cluster-wide dynamic value
+    /// (see [`crate::election::unclean_enabled`]).
+    pub unclean_leader_election_enable: bool,
     /// `Some(host)`: this node is an observer (`process.roles=broker`), not
     /// a voter: it receives the committed log as a Raft learner, which the
     /// leader pushes to `host:<port of the listener it is started on>`;
@@ -113,6 +118,7 @@ impl QuorumConfig {
             snapshot_every_entries: 1000,
             entries_kept_after_snapshot: 100,
             broker_session_timeout_ms: 9000,
+            unclean_leader_election_enable: false,
             observer_host: None,
             log: MetadataLogConfig::default(),
         }
@@ -240,6 +246,7 @@ impl MetadataQuorum {
             Arc::clone(&proposer),
             liveness,
             Duration::from_millis(config.broker_session_timeout_ms.max(10)),
+            config.unclean_leader_election_enable,
         ));
         let initialized = raft
             .is_initialized()
@@ -528,6 +535,13 @@ impl MetadataQuorum {
 /// fenced (the new leader has not heard from anyone yet). The leader's own
 /// registration counts as alive (a node fenced while paused, that became
 /// leader since, unfences itself).
+///
+/// Each round also gives the leaderless partitions of every live broker a
+/// leader where one may be elected (an ISR member that came back, or, for
+/// topics with `unclean.leader.election.enable` on, any live replica; the
+/// static default of that is `unclean_default`): Kafka's periodic unclean
+/// election check, run every `broker.session.timeout.ms` / 4 here rather
+/// than every `unclean.leader.election.interval.ms`.
 async fn fence_silent_brokers(
     node_id: NodeId,
     raft: Raft,
@@ -535,6 +549,7 @@ async fn fence_silent_brokers(
     proposer: Arc<Proposer>,
     liveness: Arc<network::Liveness>,
     session: Duration,
+    unclean_default: bool,
 ) {
     let mut led_since: Option<(u64, Instant)> = None;
     loop {
@@ -573,9 +588,11 @@ async fn fence_silent_brokers(
                 // fenced until it registers again.
                 (true, true) if !b.in_controlled_shutdown => -1,
                 (false, true) => {
-                    // Registered again unfenced (a restart): it leads the
-                    // leaderless partitions whose ISR holds it.
-                    let records = crate::election::on_broker_session(&image, b.id, false);
+                    // Registered again unfenced (a restart), or a topic's
+                    // unclean election turned on: the leaderless partitions
+                    // it is a replica of get a leader if one may lead.
+                    let records =
+                        crate::election::on_broker_session(&image, b.id, false, unclean_default);
                     if !records.is_empty() {
                         if let Err(e) = proposer.propose(records).await {
                             tracing::debug!(broker = b.id, error = ?e, "leader election not committed");
@@ -596,7 +613,12 @@ async fn fence_silent_brokers(
             let mut next = (*image).clone();
             next.apply(&change);
             let mut records = vec![change];
-            records.extend(crate::election::on_broker_session(&next, b.id, fenced == 1));
+            records.extend(crate::election::on_broker_session(
+                &next,
+                b.id,
+                fenced == 1,
+                unclean_default,
+            ));
             match proposer.propose(records).await {
                 Ok(_) => tracing::info!(
                     broker = b.id,

@@ -115,8 +115,8 @@ pub const TOPIC_KEYS: &[TopicKey] = &[
         "random time, up to this, taken off segment.ms per segment"),
     key("segment.ms", Long, "604800000", USED,
         "age at which the active segment rolls"),
-    key("unclean.leader.election.enable", Boolean, "false", NO_EFFECT,
-        "let an out-of-sync replica become leader (replication; stored on one node)"),
+    key("unclean.leader.election.enable", Boolean, "false", USED,
+        "let an out-of-sync replica become leader when no in-sync one is left (its ISR then is just it; what only the old ISR had is lost)"),
 ];
 
 /// Topic configs Kafka 4.0 removed: refused as unknown, as Kafka 4 does.
