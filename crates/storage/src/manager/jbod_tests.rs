@@ -17,6 +17,22 @@ fn config2(dirs: &[&Path], clock: &Arc<ManualClock>) -> ManagerConfig {
     }
 }
 
+/// Two data folders, a manual clock and a manager opened on both.
+fn two_folders() -> (
+    tempfile::TempDir,
+    tempfile::TempDir,
+    Arc<ManualClock>,
+    Arc<LogManager>,
+) {
+    let (a, b) = (
+        tempfile::tempdir().expect("a"),
+        tempfile::tempdir().expect("b"),
+    );
+    let clock = Arc::new(ManualClock::new(T0));
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    (a, b, clock, m)
+}
+
 fn tp(t: &str, p: i32) -> TopicPartition {
     TopicPartition::new(t, p)
 }
@@ -46,12 +62,7 @@ fn copy_dir(from: &Path, to: &Path) {
 
 #[test]
 fn partitions_spread_over_folders_and_are_found_after_a_restart() {
-    let (a, b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let clock = Arc::new(ManualClock::new(T0));
-    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let (a, b, clock, m) = two_folders();
     fill(&m, &["t"], 4, 30);
     fill(&m, &["u"], 1, 5);
     // Fewest partitions first, ties to the first folder: t-0 a, t-1 b,
@@ -97,12 +108,7 @@ fn partitions_spread_over_folders_and_are_found_after_a_restart() {
 
 #[test]
 fn a_partition_in_two_folders_stops_the_start() {
-    let (a, b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let clock = Arc::new(ManualClock::new(T0));
-    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let (a, b, clock, m) = two_folders();
     fill(&m, &["t"], 1, 3);
     m.shutdown().expect("shutdown");
     drop(m);
@@ -122,12 +128,7 @@ fn a_partition_in_two_folders_stops_the_start() {
 
 #[test]
 fn a_move_keeps_the_data_and_survives_a_restart() {
-    let (a, b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let clock = Arc::new(ManualClock::new(T0));
-    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let (a, b, clock, m) = two_folders();
     fill(&m, &["t"], 1, 40);
     let old = m.get(&tp("t", 0)).expect("log");
     old.advance_log_start_offset(10).expect("delete records");
@@ -183,12 +184,7 @@ fn a_move_keeps_the_data_and_survives_a_restart() {
 
 #[test]
 fn an_unfinished_move_is_discarded_and_a_committed_one_finished_at_start() {
-    let (a, b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let clock = Arc::new(ManualClock::new(T0));
-    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let (a, b, clock, m) = two_folders();
     fill(&m, &["t"], 1, 25);
     m.shutdown().expect("shutdown");
     drop(m);
@@ -219,12 +215,7 @@ fn an_unfinished_move_is_discarded_and_a_committed_one_finished_at_start() {
 
 #[test]
 fn a_folder_with_a_failed_log_goes_offline() {
-    let (a, b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let clock = Arc::new(ManualClock::new(T0));
-    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let (a, _b, _clock, m) = two_folders();
     fill(&m, &["t"], 4, 3);
     assert!(m.offline_dirs().is_empty());
     let failed = m.get(&tp("t", 1)).expect("log");
@@ -250,12 +241,7 @@ fn a_folder_with_a_failed_log_goes_offline() {
 
 #[test]
 fn the_cleaner_works_in_any_folder_and_checkpoints_there() {
-    let (a, b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let clock = Arc::new(ManualClock::new(T0));
-    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let (a, b, _clock, m) = two_folders();
     fill(&m, &["first"], 1, 3);
     let compacted = LogConfig {
         segment_bytes: 1024,
@@ -353,12 +339,7 @@ fn files_in(dir: &Path) -> Vec<String> {
 
 #[test]
 fn a_move_copies_sealed_segments_while_appends_and_retention_go_on() {
-    let (a, b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let clock = Arc::new(ManualClock::new(T0));
-    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let (a, b, clock, m) = two_folders();
     let t0 = tp("t", 0);
     let old = m
         .get_or_create(&t0, m.config.default_config.clone())
@@ -411,12 +392,7 @@ fn a_move_copies_sealed_segments_while_appends_and_retention_go_on() {
 
 #[test]
 fn segments_truncated_during_the_copy_are_copied_again() {
-    let (a, b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let clock = Arc::new(ManualClock::new(T0));
-    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let (a, b, clock, m) = two_folders();
     let t0 = tp("t", 0);
     let old = m
         .get_or_create(&t0, m.config.default_config.clone())
@@ -448,12 +424,7 @@ fn segments_truncated_during_the_copy_are_copied_again() {
 #[test]
 fn the_move_throttle_holds_the_unfrozen_copy_back_until_raised() {
     use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-    let (a, b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let clock = Arc::new(ManualClock::new(T0));
-    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let (_a, _b, _clock, m) = two_folders();
     let t0 = tp("t", 0);
     let old = m
         .get_or_create(&t0, m.config.default_config.clone())
@@ -498,12 +469,7 @@ fn the_move_throttle_holds_the_unfrozen_copy_back_until_raised() {
 
 #[test]
 fn segments_the_cleaner_replaces_during_the_copy_are_copied_again() {
-    let (a, b) = (
-        tempfile::tempdir().expect("a"),
-        tempfile::tempdir().expect("b"),
-    );
-    let clock = Arc::new(ManualClock::new(T0));
-    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("open");
+    let (a, b, clock, m) = two_folders();
     let compacted = LogConfig {
         segment_bytes: 1024,
         cleanup_policy: crate::config::CleanupPolicy {
