@@ -129,9 +129,12 @@ pub struct LogManager {
     dirs: Vec<DataDir>,
     logs: RwLock<BTreeMap<TopicPartition, Arc<Log>>>,
     first_dirty: Mutex<BTreeMap<TopicPartition, i64>>,
-    /// Moves in progress (at most one at a time: `move_lock`).
+    /// Moves in progress (at most one at a time: `copy_lock`).
     moving: Mutex<BTreeMap<TopicPartition, relocate::Move>>,
-    /// Serializes moves, deletions and stray renames of partitions.
+    /// Serializes moves with each other, for their whole length.
+    copy_lock: Mutex<()>,
+    /// Serializes the frozen steps and commits of moves, deletions and
+    /// stray renames of partitions.
     move_lock: Mutex<()>,
     /// Serializes checkpoint writes (the scheduler's and a move's).
     checkpoint_lock: Mutex<()>,
@@ -241,6 +244,7 @@ impl LogManager {
             logs: RwLock::new(logs),
             first_dirty: Mutex::new(first_dirty),
             moving: Mutex::new(BTreeMap::new()),
+            copy_lock: Mutex::new(()),
             move_lock: Mutex::new(()),
             checkpoint_lock: Mutex::new(()),
             stop: Arc::new((Mutex::new(false), Condvar::new())),

@@ -67,7 +67,11 @@ fn segment_file(name: &str) -> Option<i64> {
 
 /// Copies `from` to `to` (replaced) in chunks, calling `pace` with each
 /// chunk's size before writing it; fsyncs `to`.
-fn copy_paced(from: &Path, to: &Path, pace: &mut dyn FnMut(u64)) -> std::io::Result<()> {
+fn copy_paced(
+    from: &Path,
+    to: &Path,
+    pace: &mut dyn FnMut(u64) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let mut src = std::fs::File::open(from)?;
     let mut dst = std::fs::File::create(to)?;
     let mut buf = vec![0u8; CHUNK];
@@ -78,7 +82,7 @@ fn copy_paced(from: &Path, to: &Path, pace: &mut dyn FnMut(u64)) -> std::io::Res
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        pace(n as u64);
+        pace(n as u64)?;
         dst.write_all(&buf[..n])?;
     }
     dst.sync_all()
@@ -123,7 +127,7 @@ impl Log {
         dest: &Path,
         done: &mut SealedCopy,
         copied_to: &AtomicI64,
-        pace: &mut dyn FnMut(u64),
+        pace: &mut dyn FnMut(u64) -> std::io::Result<()>,
     ) -> Result<usize> {
         self.check_online()?;
         let sealed: Vec<Arc<Segment>> = {

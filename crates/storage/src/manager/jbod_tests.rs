@@ -467,6 +467,58 @@ fn the_move_throttle_holds_the_unfrozen_copy_back_until_raised() {
     m.shutdown().expect("shutdown");
 }
 
+/// A move held back by the throttle (0: no copying at all) keeps no
+/// deletion waiting: the deletion goes ahead, the move stops and its
+/// future folder is removed; so does a shutdown.
+#[test]
+fn a_deletion_or_shutdown_stops_a_move_held_back_by_the_throttle() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let (a, b, _clock, m) = two_folders();
+    let (t0, t1) = (tp("t", 0), tp("t", 1));
+    for t in [&t0, &t1] {
+        let log = m
+            .get_or_create(t, m.config.default_config.clone())
+            .expect("create");
+        append_values(&log, "v", 40);
+    }
+    let zero = AtomicI64::new(0);
+    let limit = || zero.load(Ordering::SeqCst);
+    let wait_started = |m: &LogManager| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while m.moves().is_empty() {
+            assert!(Instant::now() < deadline, "the move did not start");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    // Each moves to the folder it is not in.
+    let dest =
+        |t: &TopicPartition| 1 - m.get(t).and_then(|l| m.dir_index_of(&l)).expect("a folder");
+    let (d0, d1) = (dest(&t0), dest(&t1));
+    std::thread::scope(|s| {
+        let mover = s.spawn(|| m.move_log_limited(&t0, d0, &limit));
+        wait_started(&m);
+        assert!(
+            m.delete(&t0).expect("delete"),
+            "deleted while the move waits"
+        );
+        assert!(mover.join().expect("join").is_err(), "the move stopped");
+    });
+    assert!(m.moves().is_empty());
+    assert!(m.get(&t0).is_none());
+    std::thread::scope(|s| {
+        let mover = s.spawn(|| m.move_log_limited(&t1, d1, &limit));
+        wait_started(&m);
+        m.shutdown().expect("shutdown");
+        assert!(mover.join().expect("join").is_err(), "the move stopped");
+    });
+    let futures: Vec<String> = partitions_in(b.path())
+        .into_iter()
+        .chain(partitions_in(a.path()))
+        .filter(|n| n.ends_with("-future"))
+        .collect();
+    assert!(futures.is_empty(), "future folders left: {futures:?}");
+}
+
 #[test]
 fn segments_the_cleaner_replaces_during_the_copy_are_copied_again() {
     let (a, b, clock, m) = two_folders();

@@ -21,6 +21,12 @@
 //!    KAFKA_STORAGE_ERROR and retries on the new log) and its folder
 //!    removed.
 //!
+//! Moves are serialized with each other (`copy_lock`), but step 1 holds
+//! no lock deletions wait for: a deletion or stray rename of the partition
+//! meanwhile (under `move_lock`, which steps 2-5 take) ends the copy, and
+//! so does the manager's shutdown, even with the throttle at 0; the future
+//! folder is then removed.
+//!
 //! A crash before 4 leaves the source folder: on start the future folder
 //! is removed as an unfinished move. A crash after 4 leaves no source
 //! folder (or only its `-delete` folder, removed on start): the future
@@ -50,24 +56,33 @@ const THROTTLE_TICK: Duration = Duration::from_millis(100);
 /// chunk (`i64::MAX`: no limit; 0: the copy waits until it is raised).
 struct Pacer<'a> {
     limit: &'a (dyn Fn() -> i64 + Sync),
+    /// Whether the copy must stop (the log was deleted, or shutdown).
+    stop: &'a dyn Fn() -> bool,
     rate: i64,
     since: Instant,
     bytes: u64,
 }
 
 impl<'a> Pacer<'a> {
-    fn new(limit: &'a (dyn Fn() -> i64 + Sync)) -> Self {
+    fn new(limit: &'a (dyn Fn() -> i64 + Sync), stop: &'a dyn Fn() -> bool) -> Self {
         Self {
             limit,
+            stop,
             rate: i64::MAX,
             since: Instant::now(),
             bytes: 0,
         }
     }
 
-    /// Waits until `n` more bytes keep the copy within the limit.
-    fn pace(&mut self, n: u64) {
+    /// Waits until `n` more bytes keep the copy within the limit; fails
+    /// when the copy must stop.
+    fn pace(&mut self, n: u64) -> std::io::Result<()> {
         loop {
+            if (self.stop)() {
+                return Err(std::io::Error::other(
+                    "move stopped: the log was deleted or the broker is stopping",
+                ));
+            }
             let rate = (self.limit)();
             if rate != self.rate {
                 // A new limit counts from now.
@@ -91,6 +106,7 @@ impl<'a> Pacer<'a> {
             std::thread::sleep(wait);
         }
         self.bytes += n;
+        Ok(())
     }
 }
 
@@ -193,7 +209,7 @@ impl LogManager {
         dest: usize,
         io_limit: &(dyn Fn() -> i64 + Sync),
     ) -> Result<MoveOutcome> {
-        let _moves = lock(&self.move_lock);
+        let _copies = lock(&self.copy_lock);
         let dest_dir = self
             .dirs
             .get(dest)
@@ -225,8 +241,9 @@ impl LogManager {
                 committing: None,
             },
         );
+        let stop = || *lock(&self.stop.0) || !self.get(tp).is_some_and(|l| Arc::ptr_eq(&l, &old));
         let r = self
-            .copy_sealed(&old, &future, &copied_to, io_limit)
+            .copy_sealed(&old, &future, &copied_to, io_limit, &stop)
             .and_then(|done| {
                 self.move_frozen(tp, &old, dest, &dest_dir, &future, &done, &copied_to, id)
             });
@@ -243,10 +260,11 @@ impl LogManager {
         future: &Path,
         copied_to: &AtomicI64,
         io_limit: &(dyn Fn() -> i64 + Sync),
+        stop: &dyn Fn() -> bool,
     ) -> Result<SealedCopy> {
         std::fs::create_dir(future).at(future)?;
         let mut done = SealedCopy::default();
-        let mut pacer = Pacer::new(io_limit);
+        let mut pacer = Pacer::new(io_limit, stop);
         for _ in 0..COPY_ROUNDS {
             match old.copy_sealed(future, &mut done, copied_to, &mut |n| pacer.pace(n)) {
                 Ok(0) => break,
@@ -273,6 +291,8 @@ impl LogManager {
         copied_to: &AtomicI64,
         id: u128,
     ) -> Result<Arc<Log>> {
+        // From here on a deletion or stray rename of the partition waits.
+        let _moves = lock(&self.move_lock);
         let frozen = match old.freeze() {
             Ok(f) => f,
             Err(e) => {
