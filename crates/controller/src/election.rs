@@ -277,17 +277,19 @@ pub fn on_controlled_shutdown(
     Some(records)
 }
 
-/// The changes for the partitions `broker` leads whose replica there is
-/// offline (`offline(topic, partition)`: its log is in a failed data
-/// folder): `broker` leaves the ISR and the first replica of the ISR left
-/// that may lead (registered, unfenced, not in controlled shutdown) leads,
-/// with the next leader and partition epochs (Kafka's
+/// The changes for the partitions whose replica on `broker` is offline
+/// (`offline(topic, partition)`: its log is in a failed data folder) and
+/// which `broker` leads or is in the ISR of: `broker` leaves the ISR; a
+/// partition it led gets the first replica of the ISR left that may lead
+/// (registered, unfenced, not in controlled shutdown), with the next
+/// leader and partition epochs (Kafka's `handleDirectoriesOffline`:
 /// `PartitionChangeBuilder` with the broker excluded from the target ISR
 /// and from the leaders it accepts); with none, the partition has no
-/// leader (-1) until an ISR member comes back. A partition whose ISR is
-/// `broker` alone is left as it is: no other replica has all its records
-/// (`unclean.leader.election.enable` is off), so it stays offline here.
-/// Empty once there is nothing left to do.
+/// leader (-1) until an ISR member comes back. A partition it follows
+/// keeps its leader, so `broker` can no longer be elected there. A
+/// partition whose ISR is `broker` alone is left as it is: no other
+/// replica has all its records, so it stays offline here. Empty once there
+/// is nothing left to do.
 pub fn on_replicas_offline(
     image: &MetadataImage,
     broker: i32,
@@ -296,7 +298,8 @@ pub fn on_replicas_offline(
     let mut out = Vec::new();
     for t in image.topics() {
         for (&partition_id, p) in &t.partitions {
-            if p.leader != broker || p.isr.iter().all(|&r| r == broker) {
+            let involved = p.leader == broker || p.isr.contains(&broker);
+            if !involved || p.isr.iter().all(|&r| r == broker) {
                 continue;
             }
             if !offline(&t.name, partition_id) {
@@ -643,7 +646,7 @@ mod tests {
             (&[1, 2], &[1], 1),
             // Led by 1, in a folder that works: untouched.
             (&[1, 2, 3], &[1, 2, 3], 1),
-            // Followed by 1, offline: its leader shrinks it later.
+            // Followed by 1, offline: it leaves the ISR, the leader stays.
             (&[2, 1, 3], &[2, 1, 3], 2),
             // Led by 1, offline, the other ISR member is fenced: no leader.
             (&[1, 3], &[1, 3], 1),
@@ -652,7 +655,14 @@ mod tests {
         let offline = |topic: &str, p: i32| topic == "t" && p != 2;
         let records = on_replicas_offline(&img, 1, offline);
         let changes: Vec<_> = records.iter().map(state).collect();
-        assert_eq!(changes, vec![(vec![2], 2, 4, 6), (vec![3], -1, 4, 6)]);
+        assert_eq!(
+            changes,
+            vec![
+                (vec![2], 2, 4, 6),
+                (vec![2, 3], 2, 3, 6),
+                (vec![3], -1, 4, 6)
+            ]
+        );
         for r in &records {
             img.apply(r);
         }

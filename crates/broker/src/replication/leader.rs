@@ -15,6 +15,9 @@ pub(crate) struct FollowerState {
     /// The leader's log end offset at the follower's previous fetch.
     last_fetch_leader_leo: i64,
     last_fetch_ms: u64,
+    /// `last_fetch_ms` when the follower last left the ISR: it joins again
+    /// only after a later fetch.
+    left_isr_fetch_ms: u64,
     /// The last time the follower had everything the leader had.
     pub last_caught_up_ms: u64,
 }
@@ -70,6 +73,7 @@ impl LeaderState {
                     log_end_offset: -1,
                     last_fetch_leader_leo: -1,
                     last_fetch_ms: 0,
+                    left_isr_fetch_ms: 0,
                     last_caught_up_ms: caught_up,
                 };
                 (r, state)
@@ -189,10 +193,13 @@ impl LeaderState {
         } else {
             // Only a follower fetching now joins (Kafka expands the ISR
             // on a fetch): one that stopped (its folder failed, it hangs)
-            // stays out rather than rejoining on its last fetch offset.
+            // stays out rather than rejoining on its last fetch offset,
+            // and one that left the ISR (its leader or its own broker
+            // took it out) fetches again first.
             let joining = self.followers.iter().find(|(id, f)| {
                 !self.isr.contains(id)
                     && now_ms.saturating_sub(f.last_fetch_ms) <= self.lag_time_max_ms
+                    && f.last_fetch_ms > f.left_isr_fetch_ms
                     && f.log_end_offset >= self.high_watermark
                     && f.log_end_offset >= self.epoch_start_offset
             });
@@ -219,6 +226,7 @@ impl LeaderState {
                     log_end_offset: -1,
                     last_fetch_leader_leo: -1,
                     last_fetch_ms: 0,
+                    left_isr_fetch_ms: 0,
                     last_caught_up_ms: 0,
                 });
             }
@@ -235,6 +243,11 @@ impl LeaderState {
     ) {
         self.pending = None;
         if let Some((isr, partition_epoch)) = committed {
+            for (id, f) in &mut self.followers {
+                if self.isr.contains(id) && !isr.contains(id) {
+                    f.left_isr_fetch_ms = f.last_fetch_ms;
+                }
+            }
             self.isr = isr;
             self.partition_epoch = partition_epoch;
         }
@@ -306,6 +319,23 @@ mod tests {
         l.on_follower_fetch(3, 10, 10, 5001);
         assert_eq!(
             l.propose_isr_change(5002).map(|p| p.isr),
+            Some(BTreeSet::from([1, 2, 3]))
+        );
+    }
+
+    #[test]
+    fn a_follower_taken_out_of_the_isr_rejoins_only_after_fetching_again() {
+        let mut l = leader();
+        l.on_follower_fetch(2, 10, 10, 100);
+        l.on_follower_fetch(3, 10, 10, 100);
+        // Its own broker takes 3 out (its data folder failed): a change
+        // committed by someone else, in the same leader epoch.
+        l.on_isr_committed(Some((BTreeSet::from([1, 2]), 8)), 10);
+        // Caught up at its last fetch, and within the lag time: still out.
+        assert_eq!(l.propose_isr_change(200), None);
+        l.on_follower_fetch(3, 10, 10, 300);
+        assert_eq!(
+            l.propose_isr_change(301).map(|p| p.isr),
             Some(BTreeSet::from([1, 2, 3]))
         );
     }
