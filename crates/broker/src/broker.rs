@@ -227,14 +227,15 @@ impl Broker {
     /// brokers too when `include_fenced` (DescribeCluster v2's
     /// `IncludeFencedBrokers`).
     pub(crate) fn registered_brokers(&self, include_fenced: bool) -> Vec<ClusterBroker> {
+        let image = self.image();
         let mut out = vec![ClusterBroker {
             id: self.node_id,
             host: self.advertised.host.clone(),
             port: i32::from(self.advertised.port),
             rack: self.rack(),
-            fenced: false,
+            fenced: include_fenced && image.broker(self.node_id).is_some_and(|b| b.fenced),
         }];
-        for b in self.image().brokers() {
+        for b in image.brokers() {
             if b.id == self.node_id || (b.fenced && !include_fenced) {
                 continue;
             }

@@ -235,7 +235,17 @@ fn describe_text(
     configs: &str,
     moving: &BTreeMap<TopicPartition, PartitionReassignment>,
 ) -> String {
-    let move_of = |partition: i32| moving.get(&TopicPartition::new(info.name.as_str(), partition));
+    // Kafka's `isReassignmentInProgress`: a move the metadata shows
+    // finished (a replica it adds or removes is not listed) is left out.
+    let move_of = |partition: i32| {
+        let m = moving.get(&TopicPartition::new(info.name.as_str(), partition))?;
+        let replicas = &info.partitions.get(&partition)?.replicas;
+        m.adding_replicas
+            .iter()
+            .chain(&m.removing_replicas)
+            .all(|r| replicas.contains(r))
+            .then_some(m)
+    };
     let rf = info
         .partitions
         .values()
@@ -325,18 +335,30 @@ mod tests {
             partitions: [
                 (0, part(0, vec![1, 2, 3], vec![1, 2, 3])),
                 (1, part(1, vec![4, 5, 1, 2], vec![1, 2])),
+                (2, part(2, vec![4, 5, 2], vec![4, 5, 2])),
             ]
             .into_iter()
             .collect(),
         };
-        let moving = [(
-            TopicPartition::new("t", 1),
-            PartitionReassignment {
-                replicas: vec![4, 5, 1, 2],
-                adding_replicas: vec![4, 5],
-                removing_replicas: vec![1],
-            },
-        )]
+        let moving = [
+            (
+                TopicPartition::new("t", 1),
+                PartitionReassignment {
+                    replicas: vec![4, 5, 1, 2],
+                    adding_replicas: vec![4, 5],
+                    removing_replicas: vec![1],
+                },
+            ),
+            (
+                // Finished between the two calls: replica 1 is gone already.
+                TopicPartition::new("t", 2),
+                PartitionReassignment {
+                    replicas: vec![4, 5, 1, 2],
+                    adding_replicas: vec![4, 5],
+                    removing_replicas: vec![1],
+                },
+            ),
+        ]
         .into_iter()
         .collect();
         let text = describe_text(&info, "", &moving);
@@ -353,6 +375,10 @@ mod tests {
         assert_eq!(
             lines[2],
             "\tTopic: t\tPartition: 1\tLeader: 4\tReplicas: 4,5,1,2\tIsr: 1,2\tAdding Replicas: 4,5\tRemoving Replicas: 1"
+        );
+        assert_eq!(
+            lines[3],
+            "\tTopic: t\tPartition: 2\tLeader: 4\tReplicas: 4,5,2\tIsr: 4,5,2"
         );
     }
 
