@@ -64,7 +64,7 @@ def test_controllers_and_brokers_in_separate_processes(tmp_path):
     try:
         # Only the brokers are brokers; the controllers vote, the brokers
         # observe the metadata log.
-        assert sorted(cluster.metadata().brokers) == [4, 5]
+        cluster.wait_for(lambda: sorted(cluster.metadata().brokers) == [4, 5], "brokers 4 and 5 listed")
         cluster.wait_for(lambda: describe(cluster)["observers"] == [4, 5], "two observers")
         d = describe(cluster)
         assert d["brokers"] == [4, 5], d["text"]

@@ -552,6 +552,12 @@ async fn fence_silent_brokers(
     unclean_default: bool,
 ) {
     let mut led_since: Option<(u64, Instant)> = None;
+    // When this leader first saw each registration (broker id and epoch):
+    // a broker gets a whole session from its registration to answer
+    // (Kafka's heartbeat manager starts its session there), so one that
+    // just registered is not fenced before its first acknowledgement.
+    let mut registered_at: std::collections::HashMap<(i32, i64), Instant> =
+        std::collections::HashMap::new();
     loop {
         tokio::time::sleep((session / 4).max(Duration::from_millis(20))).await;
         let (leader, term) = {
@@ -574,14 +580,19 @@ async fn fence_silent_brokers(
             continue;
         }
         let image = sm.applied().image;
+        registered_at.retain(|(id, epoch), _| image.broker(*id).is_some_and(|b| b.epoch == *epoch));
         for b in image.brokers() {
             let Ok(id) = NodeId::try_from(b.id) else {
                 continue;
             };
+            let first_seen = *registered_at
+                .entry((b.id, b.epoch))
+                .or_insert_with(Instant::now);
             // The leader is alive by leading: fenced by a former leader
             // while it was paused, it unfences itself.
-            let alive =
-                id == node_id || liveness.last_ack(id).is_some_and(|t| t.elapsed() < session);
+            let alive = id == node_id
+                || liveness.last_ack(id).is_some_and(|t| t.elapsed() < session)
+                || (!b.fenced && first_seen.elapsed() < session);
             let fenced = match (b.fenced, alive) {
                 (false, false) => 1,
                 // Fenced at the end of its controlled shutdown: it stays
