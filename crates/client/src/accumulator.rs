@@ -40,7 +40,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use sluice_protocol::record::batch::set_producer_state;
-use sluice_protocol::record::codec::{put_varint, ProducerInfo};
+use sluice_protocol::record::codec::{encoded_record_len, ProducerInfo};
 use sluice_protocol::record::{BatchBuilder, Compression, Record};
 
 use crate::error::{ClientError, Result};
@@ -256,27 +256,10 @@ pub enum Front {
 }
 
 /// The exact uncompressed size of `record` encoded at `offset_delta` with
-/// `ts_delta` (Kafka's `DefaultRecord.sizeInBytes`).
+/// `ts_delta` (Kafka's `DefaultRecord.sizeInBytes`), computed without
+/// encoding or allocating.
 pub fn record_size(record: &Record, offset_delta: i32, ts_delta: i64) -> usize {
-    fn varint_len(v: i64) -> usize {
-        let mut buf = Vec::with_capacity(10);
-        put_varint(&mut buf, v);
-        buf.len()
-    }
-    fn nullable_len(b: Option<&[u8]>) -> usize {
-        match b {
-            None => 1,
-            Some(b) => varint_len(b.len() as i64) + b.len(),
-        }
-    }
-    let mut body = 1 + varint_len(ts_delta) + varint_len(i64::from(offset_delta));
-    body += nullable_len(record.key.as_deref());
-    body += nullable_len(record.value.as_deref());
-    body += varint_len(record.headers.len() as i64);
-    for h in &record.headers {
-        body += nullable_len(Some(&h.key)) + nullable_len(h.value.as_deref());
-    }
-    varint_len(body as i64) + body
+    encoded_record_len(record, offset_delta, ts_delta)
 }
 
 impl RecordAccumulator {

@@ -194,15 +194,7 @@ pub fn decode_batch(batch_bytes: &[u8], limit: usize) -> Result<DecodedBatch> {
 pub fn encode_record(out: &mut Vec<u8>, rec: &Record, offset_delta: i32, ts_delta: i64) {
     // The length prefix is computed first so the fields go straight into
     // `out` (no intermediate buffer, one copy of key and value).
-    let mut body_len = 1
-        + varint_len(ts_delta)
-        + varint_len(i64::from(offset_delta))
-        + nullable_len(rec.key.as_deref())
-        + nullable_len(rec.value.as_deref())
-        + varint_len(rec.headers.len() as i64);
-    for h in &rec.headers {
-        body_len += nullable_len(Some(&h.key)) + nullable_len(h.value.as_deref());
-    }
+    let body_len = record_body_len(rec, offset_delta, ts_delta);
     out.reserve(body_len + 5);
     put_varint(out, body_len as i64);
     out.push(0); // attributes: unused
@@ -215,6 +207,29 @@ pub fn encode_record(out: &mut Vec<u8>, rec: &Record, offset_delta: i32, ts_delt
         put_nullable(out, Some(&h.key));
         put_nullable(out, h.value.as_deref());
     }
+}
+
+/// Bytes of `rec` encoded at `offset_delta` and `ts_delta`, without its
+/// length prefix.
+fn record_body_len(rec: &Record, offset_delta: i32, ts_delta: i64) -> usize {
+    let mut body_len = 1
+        + varint_len(ts_delta)
+        + varint_len(i64::from(offset_delta))
+        + nullable_len(rec.key.as_deref())
+        + nullable_len(rec.value.as_deref())
+        + varint_len(rec.headers.len() as i64);
+    for h in &rec.headers {
+        body_len += nullable_len(Some(&h.key)) + nullable_len(h.value.as_deref());
+    }
+    body_len
+}
+
+/// The exact size [`encode_record`] writes for `rec` at `offset_delta`
+/// and `ts_delta`, length prefix included (Kafka's
+/// `DefaultRecord.sizeInBytes`).
+pub fn encoded_record_len(rec: &Record, offset_delta: i32, ts_delta: i64) -> usize {
+    let body = record_body_len(rec, offset_delta, ts_delta);
+    varint_len(body as i64) + body
 }
 
 /// Bytes [`put_varint`] writes for `v`.
