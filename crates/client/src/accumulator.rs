@@ -41,7 +41,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use sluice_protocol::record::batch::set_producer_state;
 use sluice_protocol::record::codec::{encoded_record_len, ProducerInfo};
-use sluice_protocol::record::{BatchBuilder, Compression, Record};
+use sluice_protocol::record::{BatchBuilder, Compression, Record, RecordRef};
 
 use crate::error::{ClientError, Result};
 
@@ -138,8 +138,6 @@ pub enum AppendOutcome {
         needed: usize,
         /// Bytes currently free.
         available: usize,
-        /// The record, handed back for the retry.
-        record: Record,
     },
 }
 
@@ -258,7 +256,7 @@ pub enum Front {
 /// The exact uncompressed size of `record` encoded at `offset_delta` with
 /// `ts_delta` (Kafka's `DefaultRecord.sizeInBytes`), computed without
 /// encoding or allocating.
-pub fn record_size(record: &Record, offset_delta: i32, ts_delta: i64) -> usize {
+pub fn record_size(record: RecordRef<'_>, offset_delta: i32, ts_delta: i64) -> usize {
     encoded_record_len(record, offset_delta, ts_delta)
 }
 
@@ -307,7 +305,7 @@ impl RecordAccumulator {
         record: Record,
         now_ms: u64,
     ) -> Result<AppendOutcome> {
-        self.append_at(tp, record, || now_ms)
+        self.append_at(tp, record.to_ref(), || now_ms)
     }
 
     /// [`Self::append`], reading the time from `now_ms` only when a new
@@ -315,7 +313,7 @@ impl RecordAccumulator {
     pub fn append_at(
         &mut self,
         tp: &TopicPartition,
-        record: Record,
+        record: RecordRef<'_>,
         now_ms: impl FnOnce() -> u64,
     ) -> Result<AppendOutcome> {
         let batch_size = self.config.batch_size;
@@ -330,7 +328,7 @@ impl RecordAccumulator {
             Some(b) if !b.closed => {
                 let delta = i32::try_from(b.builder.len()).unwrap_or(i32::MAX);
                 let size = record_size(
-                    &record,
+                    record,
                     delta,
                     record.timestamp.wrapping_sub(b.base_timestamp),
                 );
@@ -344,7 +342,7 @@ impl RecordAccumulator {
         };
         let (needed, new_batch) = match fit {
             Some(size) => (size, false),
-            None => (BATCH_HEADER_LEN + record_size(&record, 0, 0), true),
+            None => (BATCH_HEADER_LEN + record_size(record, 0, 0), true),
         };
         if needed > self.config.buffer_memory {
             return Err(ClientError::RecordTooLarge {
@@ -364,7 +362,6 @@ impl RecordAccumulator {
             return Ok(AppendOutcome::WouldBlock {
                 needed: reserve,
                 available,
-                record,
             });
         }
         if new_batch {
@@ -392,7 +389,7 @@ impl RecordAccumulator {
             return Err(ClientError::InvalidArgument("no open batch".into()));
         };
         let index = b.builder.len() as u32;
-        b.builder.push(record);
+        b.builder.push_record_ref(record);
         b.size += needed;
         // Full when even a minimal record (7 bytes) would no longer fit.
         if b.size + 7 > batch_size {

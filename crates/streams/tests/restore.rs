@@ -38,7 +38,7 @@ async fn write_changelog(
             expected.remove(key.as_bytes());
         } else {
             let v = format!("v{i}");
-            rec.value = Some(v.clone().into_bytes());
+            rec.value = Some(v.clone().into_bytes().into());
             expected.insert(Bytes::from(key), Bytes::from(v));
         }
         pending.push(producer.send(rec).await.expect("send"));

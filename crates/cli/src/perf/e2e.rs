@@ -18,7 +18,6 @@ use anyhow::{bail, Context};
 use sluice_client::consumer::{Consumer, ConsumerConfig, OffsetReset};
 use sluice_client::{Admin, Producer, ProducerRecord, TopicPartition};
 use sluice_protocol::record::Compression;
-use tokio::task::JoinSet;
 
 use super::{Counters, Histogram, Reporter, Summary, Throttle, Window, WindowFormat};
 use crate::client_args::{parse_acks, parse_compression, produce_error, ClientArgs, ProducerArgs};
@@ -28,8 +27,6 @@ const STAMP: usize = 16;
 /// Longest single `poll`, so the idle limit and producer failures are
 /// noticed promptly.
 const POLL_SLICE: Duration = Duration::from_millis(100);
-/// Most delivery futures kept outstanding.
-const MAX_IN_FLIGHT: usize = 50_000;
 
 /// `sluice perf e2e`.
 #[derive(Debug, clap::Args)]
@@ -307,30 +304,26 @@ async fn send_all(
     }
     template[..8].copy_from_slice(&run_id.to_be_bytes());
     let throttle = Throttle::new(rate);
-    let mut in_flight: JoinSet<()> = JoinSet::new();
+    let topic_name: Arc<str> = Arc::from(topic.as_str());
     for i in 0..count {
         throttle.wait(i).await;
         let mut value = template.clone();
         let sent = nanos_since(base, Instant::now());
         value[8..STAMP].copy_from_slice(&sent.to_be_bytes());
-        let delivery = producer
-            .send(ProducerRecord::new(topic.as_str(), value))
+        // A delivery callback, not a task per record: failures go to
+        // `state`; `flush` below waits for every outstanding record.
+        let st = state.clone();
+        producer
+            .send_with_callback(ProducerRecord::new(topic_name.clone(), value), move |r| {
+                if let Err(e) = r {
+                    st.fail(e.to_string());
+                }
+            })
             .await
             .with_context(|| format!("cannot produce to {topic}"))?;
         state.last_send_ns.store(sent, Ordering::Relaxed);
-        let st = state.clone();
-        in_flight.spawn(async move {
-            if let Err(e) = delivery.await {
-                st.fail(e.to_string());
-            }
-        });
-        while in_flight.try_join_next().is_some() {}
-        while in_flight.len() >= MAX_IN_FLIGHT {
-            in_flight.join_next().await;
-        }
     }
     producer.flush().await;
-    while in_flight.join_next().await.is_some() {}
     producer
         .close()
         .await

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
+use bytes::Bytes;
 use sluice_client::{Producer, ProducerRecord};
 
 use super::{Counters, Histogram, Reporter, Summary, Throttle, Window};
@@ -69,7 +70,11 @@ pub async fn run(args: &PerfProduceArgs) -> anyhow::Result<()> {
     if args.throughput == 0.0 || args.throughput.is_nan() {
         bail!("--throughput must be positive, or -1 for no limit");
     }
-    let payloads = Arc::new(payloads(args)?);
+    // Shared buffers: a record clones a reference count, not the bytes
+    // (as Kafka's perf test reuses its payload array).
+    let payloads: Arc<Vec<Bytes>> =
+        Arc::new(payloads(args)?.into_iter().map(Bytes::from).collect());
+    let topic: Arc<str> = Arc::from(args.topic.as_str());
     // Connect every producer (and learn the topic) before the clock starts.
     let mut producers = Vec::with_capacity(args.producers as usize);
     for i in 0..args.producers {
@@ -103,7 +108,7 @@ pub async fn run(args: &PerfProduceArgs) -> anyhow::Result<()> {
         let share = args.num_records / n + u64::from(i < args.num_records % n);
         tasks.spawn(produce_share(
             producer,
-            args.topic.clone(),
+            topic.clone(),
             share,
             rate,
             payloads.clone(),
@@ -256,10 +261,10 @@ impl Outcome {
 /// a record costs two clock reads, not three.
 async fn produce_share(
     producer: Producer,
-    topic: String,
+    topic: Arc<str>,
     count: u64,
     rate: f64,
-    payloads: Arc<Vec<Vec<u8>>>,
+    payloads: Arc<Vec<Bytes>>,
     counters: Arc<Counters>,
     salt: u64,
 ) -> anyhow::Result<Outcome> {
@@ -282,7 +287,7 @@ async fn produce_share(
         };
         let bytes = value.len() as u64;
         let sent = SystemTime::now();
-        let mut record = ProducerRecord::new(topic.as_str(), value);
+        let mut record = ProducerRecord::new(topic.clone(), value);
         record.timestamp = Some(
             sent.duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64),

@@ -135,7 +135,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sluice_protocol::record::{Compression, Record};
+use bytes::Bytes;
+use sluice_protocol::record::{Compression, Header, RecordRef};
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
@@ -322,16 +323,21 @@ impl ProducerConfig {
 pub const MAX_IN_FLIGHT_IDEMPOTENT: usize = 5;
 
 /// A record to produce.
+///
+/// The topic, key and value are shared buffers: a caller sending the same
+/// topic name or payload many times clones an `Arc<str>` or a [`Bytes`]
+/// (a reference count), not the bytes. The producer copies key and value
+/// into the batch once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerRecord {
     /// Destination topic.
-    pub topic: String,
+    pub topic: Arc<str>,
     /// Explicit partition; `None` uses the key hash or the sticky partitioner.
     pub partition: Option<i32>,
     /// Optional key.
-    pub key: Option<Vec<u8>>,
+    pub key: Option<Bytes>,
     /// Optional value (`None` is a tombstone).
-    pub value: Option<Vec<u8>>,
+    pub value: Option<Bytes>,
     /// Headers, in order.
     pub headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     /// Create time in ms since the epoch; `None` means now.
@@ -340,7 +346,7 @@ pub struct ProducerRecord {
 
 impl ProducerRecord {
     /// A record with a value and nothing else.
-    pub fn new(topic: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
+    pub fn new(topic: impl Into<Arc<str>>, value: impl Into<Bytes>) -> Self {
         Self {
             topic: topic.into(),
             partition: None,
@@ -352,7 +358,7 @@ impl ProducerRecord {
     }
 
     /// Sets the key.
-    pub fn key(mut self, key: impl Into<Vec<u8>>) -> Self {
+    pub fn key(mut self, key: impl Into<Bytes>) -> Self {
         self.key = Some(key.into());
         self
     }
@@ -740,11 +746,22 @@ impl Producer {
             }
         }
         let timestamp = record.timestamp.unwrap_or_else(wall_clock_ms);
-        let mut rec = Record::new(record.key, record.value, timestamp);
-        for (k, v) in &record.headers {
-            rec = rec.with_header(k, v.as_deref());
-        }
-        let topic = record.topic;
+        // Headers in the protocol's form (no allocation without headers).
+        let headers: Vec<Header> = record
+            .headers
+            .iter()
+            .map(|(k, v)| Header {
+                key: k.clone(),
+                value: v.clone(),
+            })
+            .collect();
+        let rec = RecordRef {
+            timestamp,
+            key: record.key.as_deref(),
+            value: record.value.as_deref(),
+            headers: &headers,
+        };
+        let topic = &*record.topic;
         let mut completion = Some(completion);
         let mut deadline = None;
         loop {
@@ -768,9 +785,9 @@ impl Producer {
                     return Err(e.clone());
                 }
                 let choice = st.partitioner.partition(
-                    &topic,
+                    topic,
                     record.partition,
-                    rec.key.as_deref(),
+                    rec.key,
                     num_partitions,
                     available,
                 );
@@ -807,7 +824,7 @@ impl Producer {
                     } => {
                         if choice.sticky {
                             st.partitioner
-                                .record_appended(&topic, choice.partition, size);
+                                .record_appended(topic, choice.partition, size);
                         }
                         let Some(completion) = completion.take() else {
                             return Err(ClientError::Protocol("record completed twice".into()));
@@ -826,8 +843,7 @@ impl Producer {
                         }
                         return Ok(());
                     }
-                    AppendOutcome::WouldBlock { needed, record, .. } => {
-                        rec = record;
+                    AppendOutcome::WouldBlock { needed, .. } => {
                         let max_block = Duration::from_millis(self.inner.config.max_block_ms);
                         let limit = *deadline.get_or_insert_with(|| Instant::now() + max_block);
                         if Instant::now() >= limit {

@@ -44,6 +44,17 @@ impl Record {
         }
     }
 
+    /// The record borrowed, as [`encode_record_ref`] and
+    /// [`BatchBuilder::push_record_ref`] take it.
+    pub fn to_ref(&self) -> RecordRef<'_> {
+        RecordRef {
+            timestamp: self.timestamp,
+            key: self.key.as_deref(),
+            value: self.value.as_deref(),
+            headers: &self.headers,
+        }
+    }
+
     /// Adds a header.
     pub fn with_header(mut self, key: &[u8], value: Option<&[u8]>) -> Self {
         self.headers.push(Header {
@@ -52,6 +63,17 @@ impl Record {
         });
         self
     }
+}
+
+/// A record to encode, borrowed from whoever owns its bytes (a client's
+/// record keeps its key and value as shared buffers; encoding copies them
+/// into the batch once).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordRef<'a> {
+    pub timestamp: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: &'a [Header],
 }
 
 /// A record decoded from a batch plus where its encoded bytes sit in the
@@ -192,6 +214,11 @@ pub fn decode_batch(batch_bytes: &[u8], limit: usize) -> Result<DecodedBatch> {
 
 /// Encodes one record relative to a batch's base offset and timestamp.
 pub fn encode_record(out: &mut Vec<u8>, rec: &Record, offset_delta: i32, ts_delta: i64) {
+    encode_record_ref(out, rec.to_ref(), offset_delta, ts_delta);
+}
+
+/// [`encode_record`] of a borrowed record.
+pub fn encode_record_ref(out: &mut Vec<u8>, rec: RecordRef<'_>, offset_delta: i32, ts_delta: i64) {
     // The length prefix is computed first so the fields go straight into
     // `out` (no intermediate buffer, one copy of key and value).
     let body_len = record_body_len(rec, offset_delta, ts_delta);
@@ -200,10 +227,10 @@ pub fn encode_record(out: &mut Vec<u8>, rec: &Record, offset_delta: i32, ts_delt
     out.push(0); // attributes: unused
     put_varint(out, ts_delta);
     put_varint(out, i64::from(offset_delta));
-    put_nullable(out, rec.key.as_deref());
-    put_nullable(out, rec.value.as_deref());
+    put_nullable(out, rec.key);
+    put_nullable(out, rec.value);
     put_varint(out, rec.headers.len() as i64);
-    for h in &rec.headers {
+    for h in rec.headers {
         put_nullable(out, Some(&h.key));
         put_nullable(out, h.value.as_deref());
     }
@@ -211,14 +238,14 @@ pub fn encode_record(out: &mut Vec<u8>, rec: &Record, offset_delta: i32, ts_delt
 
 /// Bytes of `rec` encoded at `offset_delta` and `ts_delta`, without its
 /// length prefix.
-fn record_body_len(rec: &Record, offset_delta: i32, ts_delta: i64) -> usize {
+fn record_body_len(rec: RecordRef<'_>, offset_delta: i32, ts_delta: i64) -> usize {
     let mut body_len = 1
         + varint_len(ts_delta)
         + varint_len(i64::from(offset_delta))
-        + nullable_len(rec.key.as_deref())
-        + nullable_len(rec.value.as_deref())
+        + nullable_len(rec.key)
+        + nullable_len(rec.value)
         + varint_len(rec.headers.len() as i64);
-    for h in &rec.headers {
+    for h in rec.headers {
         body_len += nullable_len(Some(&h.key)) + nullable_len(h.value.as_deref());
     }
     body_len
@@ -227,7 +254,7 @@ fn record_body_len(rec: &Record, offset_delta: i32, ts_delta: i64) -> usize {
 /// The exact size [`encode_record`] writes for `rec` at `offset_delta`
 /// and `ts_delta`, length prefix included (Kafka's
 /// `DefaultRecord.sizeInBytes`).
-pub fn encoded_record_len(rec: &Record, offset_delta: i32, ts_delta: i64) -> usize {
+pub fn encoded_record_len(rec: RecordRef<'_>, offset_delta: i32, ts_delta: i64) -> usize {
     let body = record_body_len(rec, offset_delta, ts_delta);
     varint_len(body as i64) + body
 }
@@ -324,8 +351,13 @@ impl BatchBuilder {
 
     /// Encodes `record` (borrowed) at the next offset delta.
     pub fn push_ref(&mut self, record: &Record) {
+        self.push_record_ref(record.to_ref());
+    }
+
+    /// Encodes a borrowed record at the next offset delta.
+    pub fn push_record_ref(&mut self, record: RecordRef<'_>) {
         let delta = i32::try_from(self.count).unwrap_or(i32::MAX);
-        encode_record(
+        encode_record_ref(
             &mut self.payload,
             record,
             delta,

@@ -20,6 +20,6 @@ pub mod control;
 pub mod walk;
 
 pub use batch::{BatchHeader, BatchIter, TimestampType};
-pub use codec::{BatchBuilder, Header, Record};
+pub use codec::{BatchBuilder, Header, Record, RecordRef};
 pub use compression::{Compression, Decompressor};
 pub use walk::{walk_batch, RecordMeta, WalkSummary};

@@ -561,10 +561,10 @@ impl StreamThread {
         for r in records {
             let changelog = self.changelog_topics.contains(&r.topic);
             let record = ProducerRecord {
-                topic: r.topic,
+                topic: r.topic.into(),
                 partition: r.partition,
-                key: r.key.map(|k| k.to_vec()),
-                value: r.value.map(|v| v.to_vec()),
+                key: r.key,
+                value: r.value,
                 timestamp: Some(r.timestamp),
                 headers: r
                     .headers
