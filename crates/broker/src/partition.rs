@@ -234,12 +234,19 @@ impl Partition {
     /// [`Partition::wait_replicated`] (after appending to all partitions of
     /// its request, so the waits overlap). An append that may block on the
     /// disk (a roll, an fsync) runs on the blocking pool.
-    pub(crate) async fn append(
+    ///
+    /// `records` is any buffer the append may patch in place (offsets,
+    /// leader epoch): Produce hands over its region of the request frame,
+    /// so the bytes are not copied between the socket and the log write.
+    pub(crate) async fn append<R>(
         self: &Arc<Self>,
-        records: Vec<u8>,
+        mut records: R,
         origin: AppendOrigin,
         acks: Acks,
-    ) -> Result<AppendInfo, AppendError> {
+    ) -> Result<AppendInfo, AppendError>
+    where
+        R: AsMut<[u8]> + Send + 'static,
+    {
         let min_isr = self.log.config().min_insync_replicas;
         if acks == Acks::All {
             let isr = self.isr_len();
@@ -253,11 +260,11 @@ impl Partition {
                 )));
             }
         }
-        let info = if self.log.append_may_block(records.len()) {
+        let info = if self.log.append_may_block(records.as_mut().len()) {
             let me = Arc::clone(self);
-            crate::blocking::on_pool(move || me.append_now(records, origin)).await?
+            crate::blocking::on_pool(move || me.append_now(records.as_mut(), origin)).await?
         } else {
-            self.append_now(records, origin)?
+            self.append_now(records.as_mut(), origin)?
         };
         Ok(info)
     }
@@ -307,12 +314,12 @@ impl Partition {
 
     fn append_now(
         &self,
-        mut records: Vec<u8>,
+        records: &mut [u8],
         origin: AppendOrigin,
     ) -> Result<AppendInfo, AppendError> {
         let info = self
             .log
-            .append_as_leader_from(&mut records, self.leader_epoch(), origin)
+            .append_as_leader_from(records, self.leader_epoch(), origin)
             .map_err(AppendError::Storage)?;
         self.after_append();
         Ok(info)

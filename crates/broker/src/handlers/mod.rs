@@ -72,6 +72,9 @@ use crate::error::{BrokerError, Result};
 /// - `async`: an `async fn` that waits on something (appends through the
 ///   partition layer, parked fetches, rebalances) and keeps its own disk
 ///   work off the async workers.
+/// - `async_frame`: `async`, and the handler also gets the request frame
+///   the request was decoded from (Produce appends its records in place,
+///   from the frame, without copying them).
 macro_rules! apis {
     ($($key:ident => $module:ident, $req:ident, $mode:ident;)*) => {
         /// Every implemented API with its version range.
@@ -92,9 +95,14 @@ macro_rules! apis {
         }
 
         /// Runs the request's handler.
-        async fn dispatch(broker: &Arc<Broker>, req: Request, ctx: Ctx) -> Result<Reply> {
+        async fn dispatch(
+            broker: &Arc<Broker>,
+            req: Request,
+            ctx: Ctx,
+            frame: Option<Bytes>,
+        ) -> Result<Reply> {
             match req {
-                $(Request::$key(req) => run!($mode, $module, broker, req, ctx),)*
+                $(Request::$key(req) => run!($mode, $module, broker, req, ctx, frame),)*
             }
         }
     };
@@ -102,23 +110,31 @@ macro_rules! apis {
 
 /// One handler call, by how it runs (see [`apis!`]).
 macro_rules! run {
-    (inline, $module:ident, $broker:ident, $req:ident, $ctx:ident) => {
+    (inline, $module:ident, $broker:ident, $req:ident, $ctx:ident, $frame:ident) => {{
+        drop($frame);
         $module::handle($broker, $req, &$ctx).into_reply(&$ctx)
-    };
-    (blocking, $module:ident, $broker:ident, $req:ident, $ctx:ident) => {{
+    }};
+    (blocking, $module:ident, $broker:ident, $req:ident, $ctx:ident, $frame:ident) => {{
+        drop($frame);
         let broker = Arc::clone($broker);
         crate::blocking::on_pool(move || $module::handle(&broker, $req, &$ctx).into_reply(&$ctx))
             .await
     }};
-    (async, $module:ident, $broker:ident, $req:ident, $ctx:ident) => {
+    (async, $module:ident, $broker:ident, $req:ident, $ctx:ident, $frame:ident) => {{
+        drop($frame);
         $module::handle($broker, $req, &$ctx)
+            .await
+            .into_reply(&$ctx)
+    }};
+    (async_frame, $module:ident, $broker:ident, $req:ident, $ctx:ident, $frame:ident) => {
+        $module::handle($broker, $req, $frame, &$ctx)
             .await
             .into_reply(&$ctx)
     };
 }
 
 apis! {
-    Produce => produce, ProduceRequest, async;
+    Produce => produce, ProduceRequest, async_frame;
     Fetch => fetch, FetchRequest, async;
     ListOffsets => list_offsets, ListOffsetsRequest, blocking;
     Metadata => metadata, MetadataRequest, blocking;
@@ -203,10 +219,10 @@ fn malformed(what: impl std::fmt::Display) -> BrokerError {
 #[derive(Debug)]
 pub(crate) enum Parsed {
     /// ApiVersions at a version we do not speak: answer in v0 layout.
-    UnsupportedApiVersions {
-        correlation_id: i32,
-    },
-    Request(Ctx, Box<Request>),
+    UnsupportedApiVersions { correlation_id: i32 },
+    /// A decoded request; for an `async_frame` API (Produce) also the
+    /// frame its body was decoded from.
+    Request(Ctx, Box<Request>, Option<Bytes>),
 }
 
 /// Parses a frame: header, API and version checks, body. Everything that
@@ -247,8 +263,11 @@ pub(crate) fn parse(mut frame: Bytes) -> Result<Parsed> {
             .unwrap_or_default(),
         peer: None,
     };
+    // Produce's records are slices of the body; the handler takes the body
+    // over to append them in place (the rest of the frame is dropped here).
+    let body = (api_key == ApiKey::Produce).then(|| frame.clone());
     let req = decode_body(&mut frame, &ctx)?;
-    Ok(Parsed::Request(ctx, Box::new(req)))
+    Ok(Parsed::Request(ctx, Box::new(req), body))
 }
 
 /// Handles one request frame from `peer`; `None` when no response is due
@@ -258,16 +277,16 @@ pub(crate) async fn handle(
     frame: Bytes,
     peer: Option<std::net::SocketAddr>,
 ) -> Result<Option<Response>> {
-    let (mut ctx, req) = match parse(frame)? {
+    let (mut ctx, req, body) = match parse(frame)? {
         Parsed::UnsupportedApiVersions { correlation_id } => {
             // Clients probe with their newest ApiVersions; answer in v0
             // layout so any client can read the supported range.
             return api_versions::unsupported_version(correlation_id).map(|b| Some(b.into()));
         }
-        Parsed::Request(ctx, req) => (ctx, *req),
+        Parsed::Request(ctx, req, body) => (ctx, *req, body),
     };
     ctx.peer = peer;
-    match dispatch(broker, req, ctx).await? {
+    match dispatch(broker, req, ctx, body).await? {
         Reply::Frame(response) => Ok(Some(response)),
         Reply::Nothing => Ok(None),
         Reply::Close(why) => Err(malformed(why)),

@@ -17,10 +17,11 @@
 
 use std::sync::Arc;
 
+use bytes::{Buf, Bytes, BytesMut};
 use proto_kafka::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
-use proto_kafka::messages::{ProduceRequest, ProduceResponse};
+use proto_kafka::messages::{ProduceRequest, ProduceResponse, TopicName};
 use proto_kafka::protocol::StrBytes;
 use proto_kafka::ResponseError;
 use sluice_protocol::record::{BatchIter, Compression};
@@ -55,7 +56,12 @@ impl super::IntoReply for Outcome {
     }
 }
 
-pub(crate) async fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx) -> Outcome {
+pub(crate) async fn handle(
+    broker: &Arc<Broker>,
+    req: ProduceRequest,
+    frame: Option<Bytes>,
+    ctx: &Ctx,
+) -> Outcome {
     let acks = req.acks;
     let timeout_ms = req.timeout_ms;
     let mut first_error: Option<String> = None;
@@ -63,8 +69,8 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx)
     // acks=all: the partitions appended to and the offset the high
     // watermark must reach, waited for once every partition is appended.
     let mut replicated: Vec<(Arc<Partition>, i64, usize, usize)> = Vec::new();
-    for td in req.topic_data {
-        let name = td.name.0.to_string();
+    for td in take_records(req, frame) {
+        let name = td.name;
         let topic = crate::internal_topics::check_client_may_produce(&name).and_then(|()| {
             match broker.image().topic(&name) {
                 Some(_) => Ok(()),
@@ -72,10 +78,10 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx)
             }
         });
         let mut tr = TopicProduceResponse::default();
-        tr.name = td.name.clone();
-        for pd in td.partition_data {
+        tr.name = TopicName(StrBytes::from_string(name.clone()));
+        for (index, records) in td.partitions {
             let mut pr = PartitionProduceResponse::default();
-            pr.index = pd.index;
+            pr.index = index;
             pr.base_offset = -1;
             pr.log_append_time_ms = -1;
             pr.log_start_offset = -1;
@@ -86,7 +92,7 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx)
             } else {
                 match &topic {
                     Err(e) => Err(Failure::request(e.clone())),
-                    Ok(_) => append(broker, &name, pd.index, pd.records, acks, ctx.version).await,
+                    Ok(_) => append(broker, &name, index, records, acks, ctx.version).await,
                 }
             };
             match result {
@@ -103,11 +109,11 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx)
                 }
                 Err(f) => {
                     tracing::debug!(
-                        partition = %format!("{name}-{}", pd.index), error = ?f.error.code,
+                        partition = %format!("{name}-{index}"), error = ?f.error.code,
                         message = f.error.message.as_deref().unwrap_or(""), "produce refused"
                     );
                     if first_error.is_none() {
-                        first_error = Some(format!("{name}-{}: {:?}", pd.index, f.error.code));
+                        first_error = Some(format!("{name}-{index}: {:?}", f.error.code));
                     }
                     pr.error_code = f.error.code.code();
                     if ctx.version >= 5 {
@@ -150,6 +156,76 @@ pub(crate) async fn handle(broker: &Arc<Broker>, req: ProduceRequest, ctx: &Ctx)
         (0, Some(e)) => Outcome::Close(format!("acks=0 produce failed for {e}")),
         _ => Outcome::Respond(resp),
     }
+}
+
+/// One topic of a Produce request, each partition's records taken out of
+/// the request.
+struct TopicRecords {
+    name: String,
+    partitions: Vec<(i32, Option<BytesMut>)>,
+}
+
+/// Takes each partition's records out of `req` as buffers the append may
+/// patch in place. When `frame`, the body the request was decoded from, is
+/// held by nothing else once the request is dropped (the usual case), the
+/// records are disjoint regions of it: no copy between the socket and the
+/// log write. Otherwise (records not in the frame, or the frame shared)
+/// they are copied.
+fn take_records(mut req: ProduceRequest, frame: Option<Bytes>) -> Vec<TopicRecords> {
+    let topic_data = std::mem::take(&mut req.topic_data);
+    drop(req);
+    let body = frame
+        .as_ref()
+        .map(|f| f.as_ptr() as usize..f.as_ptr() as usize + f.len());
+    let mut topics = Vec::with_capacity(topic_data.len());
+    // (topic, partition, range in the frame) of records inside the frame.
+    let mut regions: Vec<(usize, usize, std::ops::Range<usize>)> = Vec::new();
+    for (t, td) in topic_data.into_iter().enumerate() {
+        let mut partitions = Vec::with_capacity(td.partition_data.len());
+        for (p, pd) in td.partition_data.into_iter().enumerate() {
+            let records = pd.records.and_then(|r| {
+                let at = r.as_ptr() as usize;
+                match &body {
+                    Some(b) if b.start <= at && at + r.len() <= b.end => {
+                        regions.push((t, p, at - b.start..at - b.start + r.len()));
+                        None
+                    }
+                    _ => Some(BytesMut::from(&r[..])),
+                }
+            });
+            partitions.push((pd.index, records));
+        }
+        topics.push(TopicRecords {
+            name: td.name.0.to_string(),
+            partitions,
+        });
+    }
+    let Some(frame) = frame else {
+        return topics;
+    };
+    regions.sort_by_key(|(_, _, r)| r.start);
+    let disjoint = regions.windows(2).all(|w| w[0].2.end <= w[1].2.start);
+    match frame.try_into_mut() {
+        Ok(mut rest) if disjoint => {
+            let mut pos = 0;
+            for (t, p, range) in regions {
+                rest.advance(range.start - pos);
+                topics[t].partitions[p].1 = Some(rest.split_to(range.len()));
+                pos = range.end;
+            }
+        }
+        Ok(buf) => {
+            for (t, p, range) in regions {
+                topics[t].partitions[p].1 = Some(BytesMut::from(&buf[range]));
+            }
+        }
+        Err(shared) => {
+            for (t, p, range) in regions {
+                topics[t].partitions[p].1 = Some(BytesMut::from(&shared[range]));
+            }
+        }
+    }
+    topics
 }
 
 /// KIP-951: partitions refused as not led here name their leader, whose
@@ -233,7 +309,7 @@ async fn append(
     broker: &Broker,
     topic: &str,
     partition: i32,
-    records: Option<bytes::Bytes>,
+    records: Option<BytesMut>,
     acks: i16,
     version: i16,
 ) -> Result<(Arc<Partition>, sluice_storage::AppendInfo), Failure> {
@@ -244,10 +320,7 @@ async fn append(
     let records = records.unwrap_or_default();
     check_records(&records, version).map_err(Failure::request)?;
     let acks = if acks == -1 { Acks::All } else { Acks::Leader };
-    let info = match part
-        .append(records.to_vec(), AppendOrigin::Client, acks)
-        .await
-    {
+    let info = match part.append(records, AppendOrigin::Client, acks).await {
         Ok(info) => info,
         Err(AppendError::Api(e)) => return Err(Failure::from_log(e, log.log_start_offset())),
         Err(AppendError::Storage(StorageError::RecordErrors {
@@ -359,10 +432,115 @@ mod tests {
         req.acks = -1;
         req.timeout_ms = 1_000;
         req.topic_data = vec![td];
-        match block_on(handle(broker, req, &ctx(ApiKey::Produce, v))) {
+        match block_on(handle(broker, req, None, &ctx(ApiKey::Produce, v))) {
             Outcome::Respond(r) => roundtrip(&r, v),
             other => panic!("v{v}: {other:?}"),
         }
+    }
+
+    /// A Produce request of two topics with two partitions each, framed
+    /// at `v` with a request header and parsed as the connection does:
+    /// (request, its body, the frame's address span, the batches in order).
+    fn parsed_from_frame(
+        v: i16,
+    ) -> (
+        ProduceRequest,
+        Option<Bytes>,
+        std::ops::Range<usize>,
+        Vec<Vec<u8>>,
+    ) {
+        use proto_kafka::messages::RequestHeader;
+        use proto_kafka::protocol::Encodable;
+        let mut req = ProduceRequest::default();
+        req.acks = 1;
+        let mut batches = Vec::new();
+        for t in 0..2 {
+            let mut td = TopicProduceData::default();
+            td.name = TopicName(StrBytes::from_string(format!("t{t}")));
+            for p in 0..2 {
+                let key = format!("{t}-{p}");
+                let b = batch_of(&[Some(key.as_str())], &[now()]);
+                let mut pd = PartitionProduceData::default();
+                pd.index = p;
+                pd.records = Some(b.clone().into());
+                td.partition_data.push(pd);
+                batches.push(b);
+            }
+            req.topic_data.push(td);
+        }
+        let mut buf = BytesMut::new();
+        let mut header = RequestHeader::default();
+        header.request_api_key = ApiKey::Produce as i16;
+        header.request_api_version = v;
+        header.client_id = Some(StrBytes::from_static_str("test"));
+        header
+            .encode(&mut buf, ApiKey::Produce.request_header_version(v))
+            .expect("encode header");
+        req.encode(&mut buf, v).expect("encode");
+        let frame = Bytes::from(buf.to_vec());
+        let span = frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len();
+        match super::super::parse(frame).expect("parse") {
+            super::super::Parsed::Request(_, req, body) => match *req {
+                super::super::Request::Produce(req) => (req, body, span, batches),
+                other => panic!("{other:?}"),
+            },
+            super::super::Parsed::UnsupportedApiVersions { .. } => panic!("not produce"),
+        }
+    }
+
+    #[test]
+    fn records_are_regions_of_the_frame_when_nothing_else_holds_it() {
+        for v in [3, 9, 12] {
+            let (req, body, span, batches) = parsed_from_frame(v);
+            assert!(body.is_some(), "v{v}: parse hands Produce its body");
+            let topics = take_records(req, body);
+            let got: Vec<(String, i32, Vec<u8>, bool)> = topics
+                .into_iter()
+                .flat_map(|t| {
+                    let (name, span) = (t.name, span.clone());
+                    t.partitions.into_iter().map(move |(i, r)| {
+                        let r = r.expect("records");
+                        let in_frame = span.contains(&(r.as_ptr() as usize));
+                        (name.clone(), i, r.to_vec(), in_frame)
+                    })
+                })
+                .collect();
+            let want: Vec<(String, i32, Vec<u8>, bool)> = (0..4)
+                .map(|n| {
+                    (
+                        format!("t{}", n / 2),
+                        n % 2,
+                        batches[n as usize].clone(),
+                        true,
+                    )
+                })
+                .collect();
+            assert_eq!(
+                got, want,
+                "v{v}: every partition is its region of the frame, not a copy"
+            );
+        }
+    }
+
+    #[test]
+    fn records_are_copied_when_the_frame_is_shared() {
+        let (req, body, span, batches) = parsed_from_frame(9);
+        let held = body.clone().expect("body");
+        let topics = take_records(req, body);
+        let got: Vec<(Vec<u8>, bool)> = topics
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .map(|(_, r)| {
+                let r = r.expect("records");
+                (r.to_vec(), span.contains(&(r.as_ptr() as usize)))
+            })
+            .collect();
+        let want: Vec<(Vec<u8>, bool)> = batches.into_iter().map(|b| (b, false)).collect();
+        assert_eq!(got, want);
+        assert!(
+            span.contains(&(held.as_ptr() as usize)),
+            "the shared frame is left as it was"
+        );
     }
 
     /// The whole response for one partition of `topic`.
