@@ -485,12 +485,23 @@ impl Cluster {
                 .ok_or_else(|| ClientError::NoBrokerAvailable(format!("unknown broker id {id}")))?
         };
         let conn = self.dial(&addr).await?;
+        let mut pool = self.connections.lock().await;
+        // Another caller may have dialed the broker meanwhile: everyone
+        // uses one connection per broker (requests to a broker stay in
+        // order on it, as an idempotent producer needs; a connection
+        // replaced here would be dropped under its own outstanding
+        // requests). Ours, still unused, is closed.
+        if let Some(p) = pool.get(&id) {
+            if !p.health.is_broken() {
+                return Ok(p.conn.clone());
+            }
+        }
         let pooled = Pooled {
             health: conn.health(),
             conn: Arc::new(Mutex::new(conn)),
         };
         let conn = pooled.conn.clone();
-        self.connections.lock().await.insert(id, pooled);
+        pool.insert(id, pooled);
         Ok(conn)
     }
 

@@ -217,7 +217,14 @@ pub struct Connection {
 }
 
 impl Drop for Connection {
+    /// Requests still waiting for a response fail now: without the handle
+    /// nothing reads their responses (the reader stops), so they would
+    /// otherwise wait out their whole request timeout.
     fn drop(&mut self) {
+        self.shared.fail(Failure::Io {
+            kind: std::io::ErrorKind::ConnectionAborted,
+            message: "connection closed by the client".into(),
+        });
         self.reader.abort();
     }
 }
@@ -803,6 +810,40 @@ mod tests {
         }
         assert!(conn.is_broken());
         assert!(conn.send(&req, METADATA_VERSION).await.is_err());
+        fake.await.expect("fake");
+    }
+
+    /// A handle dropped with a request outstanding fails that request at
+    /// once: nothing would read its response any more (the reader stops),
+    /// so it used to wait out its whole timeout (a producer stalled 30 s
+    /// after a broker restart when a pooled connection was replaced).
+    #[tokio::test]
+    async fn dropping_the_handle_fails_outstanding_requests_at_once() {
+        let (addr, broker) = fake_broker().await;
+        let conn = Connection::connect(&addr, config(Duration::from_secs(60)))
+            .await
+            .expect("connect");
+        let mut s = broker.await.expect("fake broker");
+        let fake = tokio::spawn(async move {
+            // Read everything, answer nothing.
+            while read_request(&mut s).await.is_ok() {}
+        });
+        let pending = conn
+            .send_request_timeout(
+                &MetadataRequest::default(),
+                METADATA_VERSION,
+                Duration::from_secs(60),
+            )
+            .await
+            .expect("send");
+        drop(conn);
+        let started = std::time::Instant::now();
+        let e = tokio::time::timeout(Duration::from_secs(5), pending.wait())
+            .await
+            .expect("failed at once, not after the request timeout")
+            .expect_err("no response can come");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(e.to_string().contains("closed by the client"), "{e}");
         fake.await.expect("fake");
     }
 
