@@ -253,13 +253,6 @@ pub enum Front {
     },
 }
 
-/// The exact uncompressed size of `record` encoded at `offset_delta` with
-/// `ts_delta` (Kafka's `DefaultRecord.sizeInBytes`), computed without
-/// encoding or allocating.
-pub fn record_size(record: RecordRef<'_>, offset_delta: i32, ts_delta: i64) -> usize {
-    encoded_record_len(record, offset_delta, ts_delta)
-}
-
 impl RecordAccumulator {
     /// An empty accumulator.
     pub fn new(config: AccumulatorConfig) -> Self {
@@ -327,7 +320,7 @@ impl RecordAccumulator {
         let fit = match queue.batches.back() {
             Some(b) if !b.closed => {
                 let delta = i32::try_from(b.builder.len()).unwrap_or(i32::MAX);
-                let size = record_size(
+                let size = encoded_record_len(
                     record,
                     delta,
                     record.timestamp.wrapping_sub(b.base_timestamp),
@@ -342,7 +335,7 @@ impl RecordAccumulator {
         };
         let (needed, new_batch) = match fit {
             Some(size) => (size, false),
-            None => (BATCH_HEADER_LEN + record_size(record, 0, 0), true),
+            None => (BATCH_HEADER_LEN + encoded_record_len(record, 0, 0), true),
         };
         if needed > self.config.buffer_memory {
             return Err(ClientError::RecordTooLarge {

@@ -708,6 +708,19 @@ mod tests {
     }
 
     /// A fake broker: answers ApiVersions, then hands the connection over.
+    /// A connection (request timeout `timeout`) to a fake broker that
+    /// reads every request and answers none; the broker's task ends when
+    /// the connection closes.
+    async fn silent_broker(timeout: Duration) -> (Connection, tokio::task::JoinHandle<()>) {
+        let (addr, broker) = fake_broker().await;
+        let conn = Connection::connect(&addr, config(timeout))
+            .await
+            .expect("connect");
+        let mut s = broker.await.expect("fake broker");
+        let fake = tokio::spawn(async move { while read_request(&mut s).await.is_ok() {} });
+        (conn, fake)
+    }
+
     async fn fake_broker() -> (String, tokio::task::JoinHandle<TcpStream>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
@@ -819,15 +832,7 @@ mod tests {
     /// after a broker restart when a pooled connection was replaced).
     #[tokio::test]
     async fn dropping_the_handle_fails_outstanding_requests_at_once() {
-        let (addr, broker) = fake_broker().await;
-        let conn = Connection::connect(&addr, config(Duration::from_secs(60)))
-            .await
-            .expect("connect");
-        let mut s = broker.await.expect("fake broker");
-        let fake = tokio::spawn(async move {
-            // Read everything, answer nothing.
-            while read_request(&mut s).await.is_ok() {}
-        });
+        let (conn, fake) = silent_broker(Duration::from_secs(60)).await;
         let pending = conn
             .send_request_timeout(
                 &MetadataRequest::default(),
@@ -849,15 +854,7 @@ mod tests {
 
     #[tokio::test]
     async fn timeout_breaks_connection_and_fails_all_outstanding() {
-        let (addr, broker) = fake_broker().await;
-        let conn = Connection::connect(&addr, config(Duration::from_millis(300)))
-            .await
-            .expect("connect");
-        let mut s = broker.await.expect("fake broker");
-        let fake = tokio::spawn(async move {
-            // Read everything, answer nothing.
-            while read_request(&mut s).await.is_ok() {}
-        });
+        let (conn, fake) = silent_broker(Duration::from_millis(300)).await;
         let req = MetadataRequest::default();
         let first = conn
             .send_request_timeout(&req, METADATA_VERSION, Duration::from_millis(200))

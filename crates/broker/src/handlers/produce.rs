@@ -214,14 +214,13 @@ fn take_records(mut req: ProduceRequest, frame: Option<Bytes>) -> Vec<TopicRecor
                 pos = range.end;
             }
         }
-        Ok(buf) => {
+        whole => {
+            let bytes: &[u8] = match &whole {
+                Ok(unique) => unique,
+                Err(shared) => shared,
+            };
             for (t, p, range) in regions {
-                topics[t].partitions[p].1 = Some(BytesMut::from(&buf[range]));
-            }
-        }
-        Err(shared) => {
-            for (t, p, range) in regions {
-                topics[t].partitions[p].1 = Some(BytesMut::from(&shared[range]));
+                topics[t].partitions[p].1 = Some(BytesMut::from(&bytes[range]));
             }
         }
     }

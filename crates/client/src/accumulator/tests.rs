@@ -31,7 +31,7 @@ fn record_size_matches_encoding() {
     for (d, ts) in [(0, 0i64), (5, 300), (200, -70_000)] {
         let mut out = Vec::new();
         sluice_protocol::record::codec::encode_record(&mut out, &r, d, ts);
-        assert_eq!(record_size(r.to_ref(), d, ts), out.len());
+        assert_eq!(encoded_record_len(r.to_ref(), d, ts), out.len());
     }
 }
 
