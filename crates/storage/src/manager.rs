@@ -496,11 +496,17 @@ impl LogManager {
             let rolled = log
                 .segment_base_offsets()
                 .last()
-                .is_some_and(|&active| log.recovery_point() < active);
-            if by_time || rolled {
-                if let Err(e) = log.flush() {
-                    tracing::error!(partition = %log.topic_partition(), error = %e, "flush failed");
-                }
+                .copied()
+                .filter(|&active| log.recovery_point() < active);
+            // Kafka flushes a roll up to the new segment's base, not the
+            // active segment that appends are writing to.
+            let flushed = match (by_time, rolled) {
+                (true, _) => log.flush(),
+                (false, Some(base)) => log.flush_up_to(base),
+                (false, None) => Ok(()),
+            };
+            if let Err(e) = flushed {
+                tracing::error!(partition = %log.topic_partition(), error = %e, "flush failed");
             }
         }
     }

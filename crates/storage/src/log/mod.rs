@@ -262,8 +262,17 @@ impl Log {
     /// the recovery point to the log end. An fsync failure takes the log
     /// offline (it is not retried: the kernel may have dropped the pages).
     pub fn flush(&self) -> Result<()> {
+        self.flush_up_to(self.log_end_offset())
+    }
+
+    /// fsyncs the segments holding data between the recovery point and
+    /// `end` (exclusive) and moves the recovery point to `end` (Kafka's
+    /// `flushUptoOffsetExclusive`). After a roll, `end` is the active
+    /// segment's base: the rolled segments go to disk while appends to
+    /// the active one are not held up by writeback of their own file.
+    pub fn flush_up_to(&self, end: i64) -> Result<()> {
         self.check_online()?;
-        let end = self.log_end_offset();
+        let end = end.min(self.log_end_offset());
         let from = self.recovery_point();
         if from >= end {
             return Ok(());
@@ -274,7 +283,7 @@ impl Log {
                 .range(..=from)
                 .next_back()
                 .map_or(i64::MIN, |(b, _)| *b);
-            segs.range(first..).map(|(_, s)| Arc::clone(s)).collect()
+            segs.range(first..end).map(|(_, s)| Arc::clone(s)).collect()
         };
         for s in segs {
             s.flush().map_err(|e| self.go_offline(e))?;
@@ -286,7 +295,9 @@ impl Log {
         crate::checkpoint::sync_dir(&self.dir).map_err(|e| self.go_offline(e))?;
         self.recovery_point.fetch_max(end, Ordering::AcqRel);
         self.last_flush_ms.store(self.now_ms(), Ordering::Release);
-        self.unflushed_messages.store(0, Ordering::Release);
+        if end >= self.log_end_offset() {
+            self.unflushed_messages.store(0, Ordering::Release);
+        }
         Ok(())
     }
 
