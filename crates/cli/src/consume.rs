@@ -502,7 +502,7 @@ async fn consume(
         for r in &records {
             if done || pipe_closed {
                 unprinted
-                    .entry(TopicPartition::new(r.topic.as_str(), r.partition))
+                    .entry(TopicPartition::new(&*r.topic, r.partition))
                     .or_insert(r.offset);
                 continue;
             }

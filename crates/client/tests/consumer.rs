@@ -335,11 +335,11 @@ async fn pattern_subscription_picks_up_new_topics() {
     let mut c = Consumer::new(cfg).await.expect("consumer");
     c.subscribe_pattern("metrics-.*").expect("subscribe");
     let got = poll_n(&mut c, 5).await;
-    assert!(got.iter().all(|r| r.topic == "metrics-a"));
+    assert!(got.iter().all(|r| &*r.topic == "metrics-a"));
     server.create_topic("metrics-b", 2).await;
     produce(&server, "metrics-b", 6, Compression::None).await;
     let got = poll_n(&mut c, 6).await;
-    assert!(got.iter().all(|r| r.topic == "metrics-b"));
+    assert!(got.iter().all(|r| &*r.topic == "metrics-b"));
     assert_eq!(
         c.subscription(),
         BTreeSet::from(["metrics-a".to_string(), "metrics-b".to_string()])

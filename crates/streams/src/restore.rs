@@ -210,7 +210,7 @@ impl StoreChangelogReader {
                 last_progress = Instant::now();
             }
             for r in records {
-                let tp = TopicPartition::new(&r.topic, r.partition);
+                let tp = TopicPartition::new(&*r.topic, r.partition);
                 let Some(&i) = index.get(&tp) else { continue };
                 if let Some(key) = r.key {
                     apply(i, key, r.value, r.timestamp)?;

@@ -92,7 +92,7 @@ impl RuntimeTask for CountTask {
             }
         }
         self.processed
-            .insert(TopicPartition::new(&r.topic, r.partition), r.offset + 1);
+            .insert(TopicPartition::new(&*r.topic, r.partition), r.offset + 1);
         Ok(true)
     }
     fn punctuate(&mut self, _: i64) -> Result<bool> {

@@ -13,6 +13,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -226,6 +227,8 @@ fn decode_partition(
         return Ok((out, next_offset));
     };
     let read_committed = settings.isolation == IsolationLevel::ReadCommitted;
+    // The topic name every record of this partition shares.
+    let mut topic: Option<Arc<str>> = None;
     // Aborted transactions by first offset (smallest first).
     let mut pending: BinaryHeap<Reverse<(i64, i64)>> = aborted
         .iter()
@@ -292,13 +295,14 @@ fn decode_partition(
             ),
         };
         let log_append = header.timestamp_type() == TimestampType::LogAppendTime;
+        let topic = topic.get_or_insert_with(|| Arc::<str>::from(tp.topic.as_str()));
         let slice = |b: &[u8]| payload.slice_ref(b);
         for_each_record(&header, &payload, |r| {
             if r.offset < fetch_offset {
                 return;
             }
             out.push_back(ConsumerRecord {
-                topic: tp.topic.clone(),
+                topic: Arc::clone(topic),
                 partition: tp.partition,
                 offset: r.offset,
                 timestamp: r.timestamp,

@@ -93,8 +93,8 @@ use membership::GroupMember;
 /// A record returned by [`Consumer::poll`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerRecord {
-    /// Topic.
-    pub topic: String,
+    /// Topic (shared by the records of one fetch: no copy per record).
+    pub topic: Arc<str>,
     /// Partition.
     pub partition: i32,
     /// Offset.

@@ -192,7 +192,7 @@ impl GlobalStreamThread {
         let mut by_tp: BTreeMap<(String, i32), Vec<ConsumedRecord>> = BTreeMap::new();
         for r in records {
             by_tp
-                .entry((r.topic.clone(), r.partition))
+                .entry((r.topic.to_string(), r.partition))
                 .or_default()
                 .push(ConsumedRecord {
                     offset: r.offset,

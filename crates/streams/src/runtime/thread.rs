@@ -499,7 +499,7 @@ impl StreamThread {
         let mut by_tp: BTreeMap<TopicPartition, Vec<ConsumerRecord>> = BTreeMap::new();
         for r in records {
             by_tp
-                .entry(TopicPartition::new(&r.topic, r.partition))
+                .entry(TopicPartition::new(&*r.topic, r.partition))
                 .or_default()
                 .push(r);
         }
