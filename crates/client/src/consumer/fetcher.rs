@@ -228,7 +228,7 @@ fn decode_partition(
     };
     let read_committed = settings.isolation == IsolationLevel::ReadCommitted;
     // The topic name every record of this partition shares.
-    let mut topic: Option<Arc<str>> = None;
+    let topic: Arc<str> = Arc::from(tp.topic.as_str());
     // Aborted transactions by first offset (smallest first).
     let mut pending: BinaryHeap<Reverse<(i64, i64)>> = aborted
         .iter()
@@ -295,14 +295,13 @@ fn decode_partition(
             ),
         };
         let log_append = header.timestamp_type() == TimestampType::LogAppendTime;
-        let topic = topic.get_or_insert_with(|| Arc::<str>::from(tp.topic.as_str()));
         let slice = |b: &[u8]| payload.slice_ref(b);
         for_each_record(&header, &payload, |r| {
             if r.offset < fetch_offset {
                 return;
             }
             out.push_back(ConsumerRecord {
-                topic: Arc::clone(topic),
+                topic: Arc::clone(&topic),
                 partition: tp.partition,
                 offset: r.offset,
                 timestamp: r.timestamp,
