@@ -169,6 +169,77 @@ async fn subscription_commits_and_a_new_member_resumes() {
     server.stop().await;
 }
 
+/// A batch corrupted on disk (its CRC no longer matches): the records before
+/// it are returned, then every poll fails with the CRC error and the
+/// position stays at the bad batch (the Java consumer's behaviour with
+/// `check.crcs`), even though the records after it were fetched too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_batch_stops_the_partition_at_it() {
+    use sluice_protocol::record::BatchIter;
+    use std::os::unix::fs::FileExt;
+
+    let server = server().await;
+    server.create_topic("bad", 1).await;
+    let producer = server.producer(|c| c.linger_ms = 0).await;
+    for batch in 0..3 {
+        let mut futures = Vec::new();
+        for i in 0..4 {
+            let rec = ProducerRecord::new("bad", format!("{batch}-{i}").into_bytes()).partition(0);
+            futures.push(producer.send(rec).await.expect("send"));
+        }
+        for f in futures {
+            f.await.expect("delivered");
+        }
+    }
+    producer.close().await.expect("close");
+    // Flip a value byte of the second batch in the segment file.
+    let log = server
+        .data_dir()
+        .join("bad-0")
+        .join("00000000000000000000.log");
+    let bytes = std::fs::read(&log).expect("read segment");
+    let batches: Vec<(usize, i64, i64)> = BatchIter::new(&bytes)
+        .map(|b| {
+            let (at, h, _) = b.expect("batch");
+            (at + h.total_size() - 1, h.base_offset, h.last_offset())
+        })
+        .collect();
+    assert!(batches.len() >= 3, "one batch per send round: {batches:?}");
+    let (last_byte, bad_base, _) = batches[1];
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .expect("open segment");
+    file.write_all_at(&[bytes[last_byte] ^ 0xff], last_byte as u64)
+        .expect("corrupt");
+
+    let tp = TopicPartition::new("bad", 0);
+    let mut c = Consumer::new(config(&server, None))
+        .await
+        .expect("consumer");
+    c.assign(std::slice::from_ref(&tp)).expect("assign");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = Vec::new();
+    let err = loop {
+        assert!(Instant::now() < deadline, "no error; got {}", got.len());
+        match c.poll(Duration::from_millis(200)).await {
+            Ok(records) => got.extend(records.into_iter().map(|r| r.offset)),
+            Err(e) => break e,
+        }
+    };
+    assert!(err.to_string().contains("CRC"), "{err}");
+    let before: Vec<i64> = (0..bad_base).collect();
+    assert_eq!(got, before, "only the records before the bad batch");
+    assert_eq!(c.position(&tp).await.expect("position"), bad_base);
+    let again = c.poll(Duration::from_secs(2)).await;
+    assert!(
+        matches!(&again, Err(e) if e.to_string().contains("CRC")),
+        "the next poll fails at the same batch: {again:?}"
+    );
+    c.close().await.expect("close");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn seek_position_pause_and_resume() {
     let server = server().await;

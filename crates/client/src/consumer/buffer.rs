@@ -58,6 +58,11 @@ impl PartitionState {
     }
 }
 
+/// The partition's oldest fetched answer is used up.
+fn front_done(s: &PartitionState) -> bool {
+    s.buffered.front().is_some_and(|f| f.records.is_done())
+}
+
 impl Consumer {
     /// Applies one fetch result to the partitions it still concerns.
     pub(super) fn handle_fetch(&mut self, outcome: FetchOutcome) {
@@ -99,7 +104,7 @@ impl Consumer {
                     s.high_watermark_known = true;
                     s.retry_after = None;
                     s.fetch_position = data.next_offset.max(s.fetch_position);
-                    s.buffered_records += data.records.len();
+                    s.buffered_records += data.records.remaining();
                     s.buffered.push_back(data);
                 }
                 Err(e) if e.code() == Some(1) => {
@@ -139,6 +144,7 @@ impl Consumer {
     /// starting partition for fairness.
     pub(super) fn drain(&mut self) -> Vec<ConsumerRecord> {
         let max = self.config.max_poll_records;
+        let backoff = Instant::now() + self.config.client.retry_backoff;
         let mut out = Vec::new();
         let keys: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
         if keys.is_empty() {
@@ -160,21 +166,33 @@ impl Consumer {
                 let Some(front) = s.buffered.front_mut() else {
                     break;
                 };
-                while out.len() < max {
-                    let Some(r) = front.records.pop_front() else {
+                match front.records.next_record() {
+                    Ok(Some(r)) => {
+                        s.position = Some(r.offset + 1);
+                        s.leader_epoch = (r.leader_epoch >= 0).then_some(r.leader_epoch);
+                        out.push(r);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        // A bad batch: the position stays at it, and what
+                        // was fetched after it (buffered or in flight) is
+                        // dropped; the error ends the next poll.
+                        s.buffered.clear();
+                        if let Some(p) = s.position {
+                            s.fetch_position = p;
+                        }
+                        s.retry_after = Some(backoff);
+                        self.pending_error = Some(e);
                         break;
-                    };
-                    s.buffered_records -= 1;
-                    s.position = Some(r.offset + 1);
-                    s.leader_epoch = (r.leader_epoch >= 0).then_some(r.leader_epoch);
-                    out.push(r);
+                    }
                 }
-                if front.records.is_empty() {
-                    let next = front.next_offset;
+                if front_done(s) {
+                    let next = s.buffered.front().map_or(0, |f| f.next_offset);
                     s.position = Some(s.position.map_or(next, |p| p.max(next)));
                     s.buffered.pop_front();
                 }
             }
+            s.buffered_records = s.buffered.iter().map(|d| d.records.remaining()).sum();
         }
         out
     }

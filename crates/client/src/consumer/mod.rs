@@ -7,8 +7,9 @@
 //! [`PartitionAssignor`] trait and the range,
 //! roundrobin, sticky and cooperative-sticky assignors), `coordinator`
 //! (JoinGroup/SyncGroup/Heartbeat/LeaveGroup/OffsetCommit), `fetcher`
-//! (Fetch requests and record decoding), `buffer` (per-partition positions
-//! and fetched records, fetch scheduling).
+//! (Fetch requests), `decode` (fetched batches into records),
+//! `buffer` (per-partition positions and fetched records, fetch
+//! scheduling).
 //!
 //! How `poll` works: it (re)joins the group when needed (running the
 //! rebalance listener), initialises positions that are unknown (committed
@@ -20,8 +21,9 @@
 //! `max.poll.records` records is not fetched again until it drains, and a
 //! fetch of only caught-up partitions (which would wait
 //! `fetch.max.wait.ms` on the broker and hold back every other fetch to
-//! it) waits until nothing is buffered. Fetched keys and values are slices
-//! of the response frame.
+//! it) waits until nothing is buffered. The fetch task decodes its answer, so
+//! the records of one answer are decoded while `poll` hands out another's.
+//! Fetched keys and values are slices of the response frame.
 //!
 //! Commits (sync, async and automatic) go through one queue per consumer
 //! and reach the coordinator one at a time in call order; asynchronous ones
@@ -61,6 +63,7 @@ mod commit_future;
 pub use commit_future::CommitFuture;
 pub mod config;
 mod coordinator;
+mod decode;
 mod fetcher;
 mod group_metadata;
 mod membership;

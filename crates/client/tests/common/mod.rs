@@ -70,6 +70,11 @@ impl TestServer {
         (&mut self.task).await.expect("server task");
     }
 
+    /// The broker's `log.dirs` folder (partition folders are `topic-N`).
+    pub fn data_dir(&self) -> std::path::PathBuf {
+        self._dir.path().join("data")
+    }
+
     /// A client configuration for this broker (10 s request timeout).
     pub fn client_config(&self) -> ClientConfig {
         let mut cfg = ClientConfig::new(&self.addr);
