@@ -1,7 +1,7 @@
 //! The consumer's per-partition state and fetch buffer: applying fetch
 //! results (stale ones dropped after a seek, out-of-range resets, errors
 //! with a retry backoff), handing out buffered records to `poll`, and
-//! sending the next fetch to every leader without one in flight.
+//! sending the next fetches (at most two in flight per leader).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
@@ -58,6 +58,14 @@ impl PartitionState {
     }
 }
 
+/// Fetches in flight to one broker at most, for disjoint partitions and
+/// each on its own connection: a second fetch is queued on the broker while
+/// the first answer is on the wire, so the broker does not idle between
+/// fetches while this consumer takes the first answer in. (The Java consumer
+/// keeps one; two answers of up to `fetch.max.bytes` each can be on their
+/// way here.)
+const FETCHES_PER_BROKER: usize = 2;
+
 /// The partition's oldest fetched answer is used up.
 fn front_done(s: &PartitionState) -> bool {
     s.buffered.front().is_some_and(|f| f.records.is_done())
@@ -66,9 +74,17 @@ fn front_done(s: &PartitionState) -> bool {
 impl Consumer {
     /// Applies one fetch result to the partitions it still concerns.
     pub(super) fn handle_fetch(&mut self, outcome: FetchOutcome) {
-        self.brokers_in_flight.remove(&outcome.broker);
+        if let Some(n) = self.brokers_in_flight.get_mut(&outcome.broker) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.brokers_in_flight.remove(&outcome.broker);
+            }
+        }
         if let Some(conn) = outcome.conn {
-            self.idle_conns.insert(outcome.broker, conn);
+            let idle = self.idle_conns.entry(outcome.broker).or_default();
+            if idle.len() < FETCHES_PER_BROKER {
+                idle.push(conn);
+            }
         }
         for (tp, _) in &outcome.partitions {
             if let Some(s) = self.partitions.get_mut(tp) {
@@ -197,9 +213,9 @@ impl Consumer {
         out
     }
 
-    /// Sends a fetch to every leader with fetchable partitions and no fetch
-    /// in flight (one of only caught-up partitions waits while records are
-    /// buffered).
+    /// Sends a fetch to every leader with fetchable partitions and fewer
+    /// than [`FETCHES_PER_BROKER`] fetches in flight (one of only caught-up
+    /// partitions waits while records are buffered).
     pub(super) fn send_fetches(&mut self, md: &Metadata) {
         let now = Instant::now();
         let threshold = self.config.max_poll_records;
@@ -224,7 +240,7 @@ impl Consumer {
                 self.metadata_stale = true;
                 continue;
             };
-            if self.brokers_in_flight.contains(&leader.id) {
+            if self.brokers_in_flight.get(&leader.id).copied().unwrap_or(0) >= FETCHES_PER_BROKER {
                 continue;
             }
             let plan = plans.entry(leader.id).or_insert_with(|| FetchPlan {
@@ -238,11 +254,11 @@ impl Consumer {
             plan.partitions.push((tp, offset));
         }
         // A fetch holding only caught-up partitions waits on the broker
-        // for `fetch.max.wait.ms`, and no other fetch goes to that broker
+        // for `fetch.max.wait.ms`, holding one of that broker's fetch slots
         // meanwhile: while the application still has buffered records,
         // the partitions behind them (fetchable again once they drain
-        // below the threshold) would wait for it. Such a fetch goes out
-        // once nothing is buffered.
+        // below the threshold) would be left one fetch at a time. Such a
+        // fetch goes out once nothing is buffered.
         let busy = self
             .partitions
             .values()
@@ -263,8 +279,8 @@ impl Consumer {
                     s.retry_after = None;
                 }
             }
-            self.brokers_in_flight.insert(broker);
-            let conn = self.idle_conns.remove(&broker);
+            *self.brokers_in_flight.entry(broker).or_default() += 1;
+            let conn = self.idle_conns.get_mut(&broker).and_then(Vec::pop);
             let tx = self.fetch_tx.clone();
             let settings = self.settings.clone();
             tokio::spawn(async move {

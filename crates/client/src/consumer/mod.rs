@@ -15,13 +15,15 @@
 //! rebalance listener), initialises positions that are unknown (committed
 //! offset, else `auto.offset.reset`), starts an auto commit when due, hands
 //! out up to `max.poll.records` buffered records, and before returning sends
-//! the next fetch to every leader that has none in flight, so the broker
-//! works while the application processes. Fetches run as background tasks on
-//! connections owned by the consumer; a partition whose buffer already holds
+//! the next fetch to every leader with fewer than two in flight (for
+//! partitions not in flight), so the broker works while the application
+//! processes and has the next fetch queued while it sends an answer.
+//! Fetches run as background tasks on connections owned by the consumer (one
+//! per fetch in flight); a partition whose buffer already holds
 //! `max.poll.records` records is not fetched again until it drains, and a
 //! fetch of only caught-up partitions (which would wait
-//! `fetch.max.wait.ms` on the broker and hold back every other fetch to
-//! it) waits until nothing is buffered. The fetch task decodes its answer, so
+//! `fetch.max.wait.ms` on the broker and hold one of its two fetch slots)
+//! waits until nothing is buffered. The fetch task decodes its answer, so
 //! the records of one answer are decoded while `poll` hands out another's.
 //! Fetched keys and values are slices of the response frame.
 //!
@@ -68,7 +70,7 @@ mod fetcher;
 mod group_metadata;
 mod membership;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -161,8 +163,9 @@ pub struct Consumer {
     listener: Option<std::sync::Mutex<Box<dyn RebalanceListener>>>,
     fetch_tx: mpsc::UnboundedSender<FetchOutcome>,
     fetch_rx: mpsc::UnboundedReceiver<FetchOutcome>,
-    idle_conns: HashMap<i32, Connection>,
-    brokers_in_flight: HashSet<i32>,
+    idle_conns: HashMap<i32, Vec<Connection>>,
+    /// Fetches in flight per broker.
+    brokers_in_flight: HashMap<i32, usize>,
     settings: FetchSettings,
     next_auto_commit: Instant,
     /// The outstanding auto commit, if any.
@@ -233,7 +236,7 @@ impl Consumer {
             fetch_tx,
             fetch_rx,
             idle_conns: HashMap::new(),
-            brokers_in_flight: HashSet::new(),
+            brokers_in_flight: HashMap::new(),
             settings,
             auto_commit: None,
             join_prepare: true,
