@@ -39,6 +39,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use bytes::{Bytes, BytesMut};
 use sluice_protocol::record::batch::set_producer_state;
 use sluice_protocol::record::codec::{encoded_record_len, ProducerInfo};
 use sluice_protocol::record::{BatchBuilder, Compression, Record, RecordRef};
@@ -162,8 +163,9 @@ pub struct ReadyBatch {
     pub id: BatchId,
     /// Destination.
     pub tp: TopicPartition,
-    /// The encoded v2 batch (base offset 0; the broker assigns offsets).
-    pub bytes: Vec<u8>,
+    /// The encoded v2 batch (base offset 0; the broker assigns offsets),
+    /// shared with the Produce requests that carry it (no copy per send).
+    pub bytes: Bytes,
     /// Number of records.
     pub record_count: u32,
     /// Memory reserved for the batch, released by
@@ -185,12 +187,18 @@ impl ReadyBatch {
         if self.producer == producer || self.bytes.len() < BATCH_HEADER_LEN {
             return;
         }
+        // A request still holding the bytes (a send that timed out) keeps
+        // its copy; otherwise they are rewritten in place.
+        let mut bytes = std::mem::take(&mut self.bytes)
+            .try_into_mut()
+            .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
         set_producer_state(
-            &mut self.bytes,
+            &mut bytes,
             producer.producer_id,
             producer.producer_epoch,
             producer.base_sequence,
         );
+        self.bytes = bytes.freeze();
         self.producer = producer;
     }
 }
@@ -550,7 +558,7 @@ impl RecordAccumulator {
                 Ok(Some(ReadyBatch {
                     id: b.id,
                     tp: tp.clone(),
-                    bytes,
+                    bytes: Bytes::from(bytes),
                     record_count: count,
                     reserved: b.reserved,
                     created_ms: b.created_ms,

@@ -28,11 +28,11 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 use proto_kafka::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, RequestHeader, ResponseHeader,
 };
-use proto_kafka::protocol::{Decodable, Encodable, Request, StrBytes};
+use proto_kafka::protocol::{Decodable, Encodable, Request, SegmentedBuf, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -489,7 +489,7 @@ impl Connection {
         timeout: Duration,
     ) -> Result<PendingResponse<R::Response>> {
         let key = api_key::<R>()?;
-        let (frame, correlation) = self.frame(key, version, req)?;
+        let (mut frame, correlation) = self.frame(key, version, req)?;
         let (tx, rx) = oneshot::channel();
         {
             // Registered before the write so the reader always finds it.
@@ -506,7 +506,7 @@ impl Connection {
                 },
             );
         }
-        self.write(&frame, key).await?;
+        self.write(&mut frame, key).await?;
         Ok(PendingResponse {
             rx,
             shared: self.shared.clone(),
@@ -523,8 +523,8 @@ impl Connection {
     /// `acks=0`, which the broker never answers).
     pub async fn send_oneway<R: Request>(&mut self, req: &R, version: i16) -> Result<()> {
         let key = api_key::<R>()?;
-        let (frame, _) = self.frame(key, version, req)?;
-        self.write(&frame, key).await
+        let (mut frame, _) = self.frame(key, version, req)?;
+        self.write(&mut frame, key).await
     }
 
     fn broken(&self) -> ClientError {
@@ -536,9 +536,10 @@ impl Connection {
             })
     }
 
-    /// Writes one whole frame; frames of concurrent requests never
-    /// interleave. Any failure breaks the connection.
-    async fn write(&self, frame: &[u8], key: ApiKey) -> Result<()> {
+    /// Writes one whole frame (its shared record segments by `writev`, not
+    /// copied); frames of concurrent requests never interleave. Any failure
+    /// breaks the connection.
+    async fn write(&self, frame: &mut SegmentedBuf, key: ApiKey) -> Result<()> {
         let mut writer = self.writer.lock().await;
         if self.is_broken() {
             return Err(self.broken());
@@ -548,7 +549,7 @@ impl Connection {
             armed: true,
         };
         let timeout = self.config.request_timeout;
-        let result = tokio::time::timeout(timeout, writer.write_all(frame)).await;
+        let result = tokio::time::timeout(timeout, writer.write_all_buf(frame)).await;
         guard.armed = false;
         match result {
             Ok(Ok(())) => Ok(()),
@@ -574,8 +575,15 @@ impl Connection {
     }
 
     /// Encodes one request frame (length prefix, header, body) with the next
-    /// correlation id; returns the frame and that id.
-    fn frame<E: Encodable>(&self, key: ApiKey, version: i16, body: &E) -> Result<(BytesMut, i32)> {
+    /// correlation id; returns the frame and that id. Record batches (a
+    /// Produce request's `records`) stay shared `Bytes` segments of the
+    /// frame instead of being copied into it.
+    fn frame<E: Encodable>(
+        &self,
+        key: ApiKey,
+        version: i16,
+        body: &E,
+    ) -> Result<(SegmentedBuf, i32)> {
         if self.is_broken() {
             return Err(self.broken());
         }
@@ -593,7 +601,7 @@ impl Connection {
         let size = header.compute_size(hv)? + body.compute_size(version)?;
         let len = i32::try_from(size)
             .map_err(|_| ClientError::InvalidArgument(format!("request of {size} bytes")))?;
-        let mut frame = BytesMut::with_capacity(4 + size);
+        let mut frame = SegmentedBuf::new();
         frame.put_i32(len);
         header.encode(&mut frame, hv)?;
         body.encode(&mut frame, version)?;
@@ -669,6 +677,7 @@ async fn read_loop(shared: Arc<Shared>, mut rd: OwnedReadHalf) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
     use proto_kafka::messages::api_versions_response::ApiVersion;
     use proto_kafka::messages::{MetadataRequest, MetadataResponse};
     use tokio::net::TcpListener;

@@ -18,7 +18,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use proto_kafka::error::ResponseError;
 use proto_kafka::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use proto_kafka::messages::{
@@ -441,7 +440,7 @@ fn produce_request(cfg: &ProducerConfig, batches: &[ReadyBatch]) -> ProduceReque
     for b in batches {
         let mut p = PartitionProduceData::default();
         p.index = b.tp.partition;
-        p.records = Some(Bytes::from(b.bytes.clone()));
+        p.records = Some(b.bytes.clone());
         topics.entry(b.tp.topic.clone()).or_default().push(p);
     }
     req.topic_data = topics
