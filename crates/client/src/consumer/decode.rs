@@ -50,13 +50,14 @@ impl FetchedRecords {
         isolation: IsolationLevel,
         check_crcs: bool,
     ) -> (Self, i64) {
+        let read_committed = isolation == IsolationLevel::ReadCommitted;
         let mut decoder = Decoder {
             topic: Arc::from(tp.topic.as_str()),
             partition: tp.partition,
             fetch_offset,
-            read_committed: isolation == IsolationLevel::ReadCommitted,
+            read_committed,
             check_crcs,
-            pending_aborts: if isolation == IsolationLevel::ReadCommitted {
+            pending_aborts: if read_committed {
                 aborted
                     .iter()
                     .map(|a| Reverse((a.first_offset, a.producer_id.0)))
@@ -142,11 +143,9 @@ impl Decoder {
     }
 
     /// Decodes one batch (`raw`, a slice of `bytes`) into `out`; none of a
-    /// bad batch's records is kept.
+    /// bad batch's records is kept. (`BatchIter` yields only magic 2
+    /// headers: `BatchHeader::parse` refuses the others.)
     fn batch(&mut self, bytes: &Bytes, header: &BatchHeader, raw: &[u8]) -> Result<()> {
-        if header.magic != 2 {
-            return Err(self.bad(format!("unsupported record batch magic {}", header.magic)));
-        }
         if header.last_offset() < self.fetch_offset {
             return Ok(());
         }

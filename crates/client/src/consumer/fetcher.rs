@@ -54,7 +54,8 @@ pub(crate) struct FetchSettings {
 /// Records fetched for one partition.
 #[derive(Debug)]
 pub(crate) struct FetchedData {
-    /// The records at or after the fetch offset, decoded as taken.
+    /// The visible records at or after the fetch offset, and the error of
+    /// the bad batch that ended them, if any.
     pub records: FetchedRecords,
     /// Where the next fetch starts (past the last complete batch).
     pub next_offset: i64,
