@@ -98,7 +98,7 @@ async fn produce_every_codec_and_acks() {
             }
             for (i, f) in futs.into_iter().enumerate() {
                 let m = f.await.expect("delivered");
-                assert_eq!((m.topic.as_str(), m.partition), (topic.as_str(), 0));
+                assert_eq!((&*m.topic, m.partition), (topic.as_str(), 0));
                 if acks == 0 {
                     assert_eq!(m.offset, -1);
                 } else {
@@ -246,6 +246,51 @@ async fn offsets_are_consecutive_per_partition_and_flush_delivers() {
         .send(ProducerRecord::new("seq", b"late".to_vec()))
         .await
         .is_err());
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn callbacks_run_in_send_order_without_the_lock_and_before_flush_returns() {
+    let s = start().await;
+    s.create_topic("cb", 2).await;
+    // Small batches, sent only by flush: many batches per partition complete
+    // at once.
+    let p = std::sync::Arc::new(
+        s.producer(|c| {
+            c.linger_ms = 60_000;
+            c.batch_size = 512;
+        })
+        .await,
+    );
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    for i in 0..400 {
+        let (p2, seen) = (p.clone(), seen.clone());
+        let record = ProducerRecord::new("cb", format!("{i}").into_bytes()).partition(i % 2);
+        p.send_with_callback(record, move |r| {
+            // Locks the producer's state: a callback run under that lock
+            // would deadlock here.
+            let _ = p2.producer_id_and_epoch();
+            let m = r.expect("delivered");
+            seen.lock().unwrap().push((i, m.partition, m.offset));
+        })
+        .await
+        .expect("send");
+    }
+    tokio::time::timeout(Duration::from_secs(20), p.flush())
+        .await
+        .expect("flush in time");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 400, "every callback ran before flush returned");
+    let mut next = [0i64; 2];
+    for (i, part, offset) in seen {
+        assert_eq!(part, i % 2);
+        assert_eq!(
+            offset, next[part as usize],
+            "record {i}: callbacks in send order"
+        );
+        next[part as usize] += 1;
+    }
+    p.close().await.expect("close");
     s.stop().await;
 }
 

@@ -118,21 +118,21 @@
 //! # Ok(()) }
 //! ```
 
+mod delivery;
 mod idempotence;
 mod sender;
 mod transaction;
 mod transactional;
 mod txn_offsets;
 
+use delivery::{Completion, Pending};
+pub use delivery::{DeliveryFuture, RecordMetadata};
 pub use transaction::TransactionState;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use rustc_hash::FxHashMap;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -382,75 +382,15 @@ impl ProducerRecord {
     }
 }
 
-/// Where an acknowledged record was written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordMetadata {
-    /// Topic.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Offset (-1 with `acks=0`, which gets no acknowledgement).
-    pub offset: i64,
-    /// The record's timestamp (the broker's append time for topics with
-    /// `LogAppendTime`).
-    pub timestamp: i64,
-}
-
-/// Resolves to the delivery outcome of one record.
-#[derive(Debug)]
-pub struct DeliveryFuture {
-    rx: oneshot::Receiver<Result<RecordMetadata>>,
-}
-
-impl Future for DeliveryFuture {
-    type Output = Result<RecordMetadata>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.rx).poll(cx).map(|r| {
-            r.unwrap_or_else(|_| {
-                Err(ClientError::InvalidArgument(
-                    "producer dropped before the record was delivered".into(),
-                ))
-            })
-        })
-    }
-}
-
-/// How a record's outcome reaches the caller.
-pub(crate) enum Completion {
-    /// Through a [`DeliveryFuture`].
-    Future(oneshot::Sender<Result<RecordMetadata>>),
-    /// Through a callback run on the sender task.
-    Callback(Box<dyn FnOnce(Result<RecordMetadata>) + Send>),
-}
-
-impl Completion {
-    /// Delivers the outcome.
-    pub(crate) fn complete(self, outcome: Result<RecordMetadata>) {
-        match self {
-            Completion::Future(tx) => {
-                let _ = tx.send(outcome);
-            }
-            Completion::Callback(f) => f(outcome),
-        }
-    }
-}
-
-impl std::fmt::Debug for Completion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Completion::Future(_) => "Completion::Future",
-            Completion::Callback(_) => "Completion::Callback",
-        })
-    }
-}
-
-/// A record waiting for its batch's acknowledgement.
-#[derive(Debug)]
-struct Pending {
-    index: u32,
-    timestamp: i64,
-    completion: Completion,
+/// What one [`Producer::try_append`] did.
+enum Attempt {
+    Appended,
+    /// The topic's partitions are not loaded yet.
+    UnknownTopic,
+    /// `buffer.memory` has no room for `needed` bytes.
+    WouldBlock {
+        needed: usize,
+    },
 }
 
 #[derive(Debug)]
@@ -461,6 +401,10 @@ struct State {
     topics: FxHashMap<String, Arc<TopicPartitions>>,
     /// Records per batch id.
     pending: FxHashMap<BatchId, Vec<Pending>>,
+    /// Batch outcomes decided and not delivered yet, in order (`delivery`).
+    deliveries: VecDeque<delivery::Delivery>,
+    /// Whether a thread is delivering them.
+    delivering: bool,
     /// Drained batches not completed yet (queued for a broker, being
     /// written, or awaiting their response).
     in_flight: usize,
@@ -503,8 +447,10 @@ struct Inner {
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Locks the state; outcomes decided under the lock are delivered
+    /// when it is released (`delivery`).
+    fn lock(&self) -> delivery::StateGuard<'_> {
+        delivery::StateGuard::new(self)
     }
 
     fn now_ms(&self) -> u64 {
@@ -531,7 +477,11 @@ impl Inner {
             notified.as_mut().enable();
             {
                 let st = self.lock();
-                if !st.acc.has_undrained() && st.in_flight == 0 {
+                if !st.acc.has_undrained()
+                    && st.in_flight == 0
+                    && st.deliveries.is_empty()
+                    && !st.delivering
+                {
                     break;
                 }
             }
@@ -627,6 +577,8 @@ impl Producer {
                 partitioner: Partitioner::new(config.batch_size),
                 topics: FxHashMap::default(),
                 pending: FxHashMap::default(),
+                deliveries: VecDeque::new(),
+                delivering: false,
                 in_flight: 0,
                 broker_requests: HashMap::new(),
                 partition_in_flight: HashMap::new(),
@@ -716,9 +668,11 @@ impl Producer {
 
     /// Like [`send`](Self::send), but runs `callback` with the outcome
     /// instead of returning a future (Kafka's `send(record, callback)`):
-    /// no channel and no task per record. The callback runs on the
-    /// producer's sender task with the producer's state locked, so it must
-    /// be short and must not block (hand work off through a channel).
+    /// no channel and no task per record. The callback runs on one of the
+    /// producer's tasks, after its state is unlocked, one callback at a
+    /// time and in send order within a partition, as Kafka's; it must be
+    /// short and must not block (hand work off through a channel), since
+    /// the outcomes after it wait. It may call the producer.
     pub async fn send_with_callback(
         &self,
         record: ProducerRecord,
@@ -729,22 +683,6 @@ impl Producer {
     }
 
     async fn append(&self, record: ProducerRecord, completion: Completion) -> Result<()> {
-        let partitions = self.topic_partitions(&record.topic).await?;
-        let (num_partitions, available) = (partitions.count, &partitions.available);
-        if num_partitions == 0 {
-            return Err(ClientError::InvalidArgument(format!(
-                "topic {} has no partitions",
-                record.topic
-            )));
-        }
-        if let Some(p) = record.partition {
-            if p < 0 || p as u32 >= num_partitions {
-                return Err(ClientError::InvalidArgument(format!(
-                    "partition {p} of topic {} does not exist ({num_partitions} partitions)",
-                    record.topic
-                )));
-            }
-        }
         let timestamp = record.timestamp.unwrap_or_else(wall_clock_ms);
         // Headers in the protocol's form (no allocation without headers).
         let headers: Vec<Header> = record
@@ -761,10 +699,9 @@ impl Producer {
             value: record.value.as_deref(),
             headers: &headers,
         };
-        let topic = &*record.topic;
         let mut completion = Some(completion);
         let mut deadline = None;
-        loop {
+        'wait: loop {
             // Fast path first; on a full buffer, register for a wake-up and
             // try once more before waiting (no lost wake-ups).
             let notified = self.inner.progress.notified();
@@ -773,77 +710,13 @@ impl Producer {
                 if attempt == 1 {
                     notified.as_mut().enable();
                 }
-                let mut st = self.inner.lock();
-                if st.closed {
-                    return Err(ClientError::InvalidArgument("producer is closed".into()));
-                }
-                if let Some(txn) = st.txn.as_ref() {
-                    // Fatal and abortable errors first, as Kafka's send.
-                    txn.maybe_fail(st.idem.as_ref().and_then(|i| i.producer()))?;
-                }
-                if let Some(e) = st.idem.as_ref().and_then(|i| i.fatal()) {
-                    return Err(e.clone());
-                }
-                let choice = st.partitioner.partition(
-                    topic,
-                    record.partition,
-                    rec.key,
-                    num_partitions,
-                    available,
-                );
-                let Some(tp) = partitions.keys.get(choice.partition as usize) else {
-                    return Err(ClientError::Protocol(format!(
-                        "partitioner chose partition {} of {num_partitions}",
-                        choice.partition
-                    )));
-                };
-                let producer = st.idem.as_ref().and_then(|i| i.producer());
-                if let Some(txn) = st.txn.as_mut() {
-                    txn.check_send(tp, producer)?;
-                }
-                let appended = match st.acc.append_at(tp, rec, || self.inner.now_ms()) {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // Kafka: a record the producer refuses fails the
-                        // transaction too.
-                        if let Some(txn) = st.txn.as_mut() {
-                            txn.on_error(&e);
-                        }
-                        return Err(e);
+                match self.try_append(&record, rec, &mut completion)? {
+                    Attempt::Appended => return Ok(()),
+                    Attempt::UnknownTopic => {
+                        self.topic_partitions(&record.topic).await?;
+                        continue 'wait;
                     }
-                };
-                if st.txn.as_mut().is_some_and(|t| t.maybe_add_partition(tp)) {
-                    self.inner.txn_wake.notify_one();
-                }
-                match appended {
-                    AppendOutcome::Appended {
-                        handle,
-                        size,
-                        batch_full,
-                        new_batch,
-                    } => {
-                        if choice.sticky {
-                            st.partitioner
-                                .record_appended(topic, choice.partition, size);
-                        }
-                        let Some(completion) = completion.take() else {
-                            return Err(ClientError::Protocol("record completed twice".into()));
-                        };
-                        st.pending
-                            .entry(handle.batch_id)
-                            .or_default()
-                            .push(Pending {
-                                index: handle.index,
-                                timestamp,
-                                completion,
-                            });
-                        drop(st);
-                        if batch_full || new_batch {
-                            self.inner.wake.notify_one();
-                        }
-                        return Ok(());
-                    }
-                    AppendOutcome::WouldBlock { needed, .. } => {
+                    Attempt::WouldBlock { needed } => {
                         let max_block = Duration::from_millis(self.inner.config.max_block_ms);
                         let limit = *deadline.get_or_insert_with(|| Instant::now() + max_block);
                         if Instant::now() >= limit {
@@ -860,6 +733,106 @@ impl Producer {
             if let Some(limit) = deadline {
                 let _ = tokio::time::timeout_at(limit.into(), notified).await;
             }
+        }
+    }
+
+    /// One try at appending `rec` (of `record`) under one lock of the
+    /// state: the topic's partitions are looked up under it too.
+    fn try_append(
+        &self,
+        record: &ProducerRecord,
+        rec: RecordRef<'_>,
+        completion: &mut Option<Completion>,
+    ) -> Result<Attempt> {
+        let topic = &*record.topic;
+        let mut guard = self.inner.lock();
+        let st = &mut *guard;
+        if st.closed {
+            return Err(ClientError::InvalidArgument("producer is closed".into()));
+        }
+        let Some(partitions) = st.topics.get(topic) else {
+            return Ok(Attempt::UnknownTopic);
+        };
+        let num_partitions = partitions.count;
+        if num_partitions == 0 {
+            return Err(ClientError::InvalidArgument(format!(
+                "topic {topic} has no partitions"
+            )));
+        }
+        if let Some(p) = record.partition {
+            if p < 0 || p as u32 >= num_partitions {
+                return Err(ClientError::InvalidArgument(format!(
+                    "partition {p} of topic {topic} does not exist ({num_partitions} partitions)"
+                )));
+            }
+        }
+        if let Some(txn) = st.txn.as_ref() {
+            // Fatal and abortable errors first, as Kafka's send.
+            txn.maybe_fail(st.idem.as_ref().and_then(|i| i.producer()))?;
+        }
+        if let Some(e) = st.idem.as_ref().and_then(|i| i.fatal()) {
+            return Err(e.clone());
+        }
+        let choice = st.partitioner.partition(
+            topic,
+            record.partition,
+            rec.key,
+            num_partitions,
+            &partitions.available,
+        );
+        let Some(tp) = partitions.keys.get(choice.partition as usize) else {
+            return Err(ClientError::Protocol(format!(
+                "partitioner chose partition {} of {num_partitions}",
+                choice.partition
+            )));
+        };
+        let producer = st.idem.as_ref().and_then(|i| i.producer());
+        if let Some(txn) = st.txn.as_mut() {
+            txn.check_send(tp, producer)?;
+        }
+        let appended = match st.acc.append_at(tp, rec, || self.inner.now_ms()) {
+            Ok(a) => a,
+            Err(e) => {
+                // Kafka: a record the producer refuses fails the
+                // transaction too.
+                if let Some(txn) = st.txn.as_mut() {
+                    txn.on_error(&e);
+                }
+                return Err(e);
+            }
+        };
+        if st.txn.as_mut().is_some_and(|t| t.maybe_add_partition(tp)) {
+            self.inner.txn_wake.notify_one();
+        }
+        match appended {
+            AppendOutcome::Appended {
+                handle,
+                size,
+                batch_full,
+                new_batch,
+            } => {
+                if choice.sticky {
+                    st.partitioner
+                        .record_appended(topic, choice.partition, size);
+                }
+                let Some(completion) = completion.take() else {
+                    return Err(ClientError::Protocol("record completed twice".into()));
+                };
+                st.pending
+                    .entry(handle.batch_id)
+                    .or_default()
+                    .push(Pending {
+                        index: handle.index,
+                        timestamp: rec.timestamp,
+                        completion,
+                    });
+                drop(guard);
+                if batch_full || new_batch {
+                    self.inner.wake.notify_one();
+                }
+                Ok(Attempt::Appended)
+            }
+            AppendOutcome::WouldBlock { needed, .. } => Ok(Attempt::WouldBlock { needed }),
         }
     }
 

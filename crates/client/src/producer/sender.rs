@@ -27,10 +27,9 @@ use proto_kafka::protocol::StrBytes;
 use sluice_protocol::record::codec::ProducerInfo;
 use tokio::sync::mpsc;
 
+use super::delivery::Delivery;
 use super::idempotence::Failure;
-use super::{
-    partition_info, Inner, ProducerConfig, RecordMetadata, State, MAX_IN_FLIGHT_IDEMPOTENT,
-};
+use super::{partition_info, Inner, ProducerConfig, State, MAX_IN_FLIGHT_IDEMPOTENT};
 use crate::accumulator::{BatchId, Front, ReadyBatch, TopicPartition};
 use crate::cluster::{BrokerInfo, Metadata};
 use crate::connection::PendingResponse;
@@ -265,7 +264,9 @@ fn abort_all(st: &mut State, e: &ClientError) -> bool {
     for id in &ids {
         st.failures.remove(id);
     }
-    let pending: Vec<BatchId> = st.pending.keys().copied().collect();
+    // In creation order, so each partition's records fail in send order.
+    let mut pending: Vec<BatchId> = st.pending.keys().copied().collect();
+    pending.sort_unstable();
     for id in &pending {
         fail_batch_records(st, *id, e);
     }
@@ -664,9 +665,14 @@ fn expire_undrained(inner: &Inner, st: &mut State, now: u64) -> bool {
     !expired.is_empty()
 }
 
+/// Queues the failure of batch `id`'s records with `e` (delivered once
+/// the state is unlocked).
 fn fail_batch_records(st: &mut State, id: BatchId, e: &ClientError) {
-    for p in st.pending.remove(&id).unwrap_or_default() {
-        p.completion.complete(Err(e.clone()));
+    if let Some(records) = st.pending.remove(&id) {
+        st.deliveries.push_back(Delivery::Failed {
+            records,
+            error: e.clone(),
+        });
     }
 }
 
@@ -722,23 +728,13 @@ fn complete(
                     base,
                 );
             }
-            for p in st.pending.remove(&batch.id).unwrap_or_default() {
-                let offset = if base < 0 {
-                    -1
-                } else {
-                    base + i64::from(p.index)
-                };
-                let timestamp = if append_time >= 0 {
-                    append_time
-                } else {
-                    p.timestamp
-                };
-                p.completion.complete(Ok(RecordMetadata {
-                    topic: batch.tp.topic.clone(),
-                    partition: batch.tp.partition,
-                    offset,
-                    timestamp,
-                }));
+            if let Some(records) = st.pending.remove(&batch.id) {
+                st.deliveries.push_back(Delivery::Written {
+                    tp: batch.tp.clone(),
+                    records,
+                    base,
+                    append_time,
+                });
             }
             finish(st, &batch);
         }

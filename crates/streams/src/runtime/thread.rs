@@ -581,7 +581,7 @@ impl StreamThread {
                         Ok(md) if changelog => {
                             let e = d
                                 .changelog
-                                .entry(TopicPartition::new(&md.topic, md.partition))
+                                .entry(TopicPartition::new(&*md.topic, md.partition))
                                 .or_insert(md.offset);
                             *e = (*e).max(md.offset);
                         }
