@@ -271,7 +271,7 @@ async fn callbacks_run_in_send_order_without_the_lock_and_before_flush_returns()
             // would deadlock here.
             let _ = p2.producer_id_and_epoch();
             let m = r.expect("delivered");
-            seen.lock().unwrap().push((i, m.partition, m.offset));
+            seen.lock().expect("lock").push((i, m.partition, m.offset));
         })
         .await
         .expect("send");
@@ -279,7 +279,7 @@ async fn callbacks_run_in_send_order_without_the_lock_and_before_flush_returns()
     tokio::time::timeout(Duration::from_secs(20), p.flush())
         .await
         .expect("flush in time");
-    let seen = seen.lock().unwrap().clone();
+    let seen = seen.lock().expect("lock").clone();
     assert_eq!(seen.len(), 400, "every callback ran before flush returned");
     let mut next = [0i64; 2];
     for (i, part, offset) in seen {
