@@ -1,8 +1,9 @@
 //! `max.in.flight.requests.per.connection` against a fake broker that
 //! answers Produce requests slowly (in order) and counts how many are
-//! outstanding at once: the producer pipelines up to the limit across
-//! partitions, never more; without idempotence never two batches of one
-//! partition, with it up to the limit (at most 5) per partition.
+//! outstanding at once: the producer pipelines up to the limit, never more,
+//! across partitions and within one, as Kafka's: up to the limit batches of
+//! one partition (at most 5 with idempotence); with a limit of 1 never two
+//! batches of a partition.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -188,8 +189,8 @@ async fn fake_broker() -> (String, Arc<Stats>) {
 }
 
 /// Sends one record to each partition, 40 ms apart, with `linger.ms` 0, so
-/// each partition's batch is ready while earlier requests are outstanding;
-/// `idempotent`: six records to partition 0 first, 5 ms apart.
+/// each partition's batch is ready while earlier requests are outstanding,
+/// after six records to partition 0, 5 ms apart.
 async fn run(max_in_flight: usize, idempotent: bool) -> Arc<Stats> {
     let (addr, stats) = fake_broker().await;
     let mut cfg = ProducerConfig::new(ClientConfig::new(&addr));
@@ -198,12 +199,10 @@ async fn run(max_in_flight: usize, idempotent: bool) -> Arc<Stats> {
     cfg.enable_idempotence = Some(idempotent);
     let p = Producer::new(cfg).await.expect("producer");
     let mut futs = Vec::new();
-    if idempotent {
-        for i in 0..6 {
-            let rec = ProducerRecord::new("t", format!("p0-{i}").into_bytes()).partition(0);
-            futs.push(p.send(rec).await.expect("send"));
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    for i in 0..6 {
+        let rec = ProducerRecord::new("t", format!("p0-{i}").into_bytes()).partition(0);
+        futs.push(p.send(rec).await.expect("send"));
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     for round in 0..2 {
         for i in 0..PARTITIONS {
@@ -237,14 +236,15 @@ async fn produce_requests_pipeline_up_to_max_in_flight() {
         "five Produce requests outstanding at once"
     );
     assert_eq!(
-        stats.overlap.load(Ordering::SeqCst),
-        0,
-        "one batch per partition"
+        stats.max_per_partition.load(Ordering::SeqCst),
+        5,
+        "as Kafka's: up to five batches of one partition without idempotence"
     );
 
     let stats = run(1, false).await;
     assert_eq!(stats.max_outstanding.load(Ordering::SeqCst), 1);
     assert_eq!(stats.overlap.load(Ordering::SeqCst), 0);
+    assert_eq!(stats.max_per_partition.load(Ordering::SeqCst), 1);
 }
 
 /// An idempotent producer keeps up to five batches of one partition in

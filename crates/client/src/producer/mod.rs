@@ -43,17 +43,14 @@
 //! pending record and every later send ([`Producer::fatal_error`]). The
 //! rules live in `idempotence.rs` (Kafka's `TransactionManager`).
 //!
-//! Without idempotence at most **one batch per partition** is in flight,
-//! whatever `max_in_flight` says: the partition is muted in the accumulator
-//! while its batch is out, and a failed batch goes back *first* in its
-//! partition's line, so retries never reorder records within a partition
-//! (they may duplicate one whose answer was lost). This is stricter than
-//! Kafka, which with `max.in.flight.requests.per.connection > 1` and
-//! `enable.idempotence=false` may reorder records when a batch is retried
-//! after a later batch of its partition succeeded. Pipelining
-//! (`max_in_flight > 1`) then only lets requests carrying *different*
-//! partitions of one broker overlap. `max_in_flight = 1` allows only one
-//! outstanding Produce request per broker either way.
+//! Without idempotence a partition may have up to `max_in_flight` batches
+//! in flight, as in Kafka: a failed batch goes back first in its
+//! partition's line (retries in append order), but a later batch may
+//! already have been written, so a retry can reorder (or duplicate) records,
+//! as Kafka warns for `enable.idempotence=false` with
+//! `max.in.flight.requests.per.connection > 1`. With `max_in_flight = 1`
+//! only one Produce request is outstanding per broker, so retries never
+//! reorder a partition's records.
 //!
 //! # Transactions
 //!
@@ -179,8 +176,8 @@ pub struct ProducerConfig {
     pub max_block_ms: u64,
     /// `max.in.flight.requests.per.connection`: Produce requests that may
     /// be outstanding per broker connection (at least 1; at most 5 with
-    /// idempotence). Without idempotence a partition still has at most one
-    /// batch in flight (see the module docs on ordering).
+    /// idempotence); a partition may have that many batches in flight (see
+    /// the module docs on ordering).
     pub max_in_flight: usize,
     /// `enable.idempotence`. `None` is Kafka's default: on, unless `acks`
     /// is not all or `retries` is 0, which turn it off. `Some(true)` with

@@ -44,17 +44,18 @@ const INIT_PRODUCER_ID_MAX: i16 = 5;
 
 /// Batches one partition may have in flight at once.
 ///
-/// Without idempotence this is 1, whatever `max_in_flight` says: a retried
-/// batch could otherwise land after a later batch of its partition. An
-/// idempotent producer keeps up to `max_in_flight` (at most 5) batches of a
-/// partition in flight, as Kafka does: the broker's sequence checks refuse
-/// a batch that overtakes a missing one, and retries leave in sequence
-/// order, one at a time (`Idempotence::may_drain`).
+/// `max_in_flight`, as Kafka's producer (whose limit is per connection, one
+/// batch per partition in a request). Without idempotence a retried batch
+/// may then land after a later batch of its partition, as in Kafka; with
+/// `max_in_flight` 1 it cannot. An idempotent producer keeps at most 5:
+/// the broker's sequence checks refuse a batch that overtakes a missing
+/// one, and retries leave in sequence order, one at a time
+/// (`Idempotence::may_drain`).
 pub(super) fn max_in_flight_per_partition(config: &ProducerConfig, idempotent: bool) -> usize {
     if idempotent {
         config.max_in_flight.clamp(1, MAX_IN_FLIGHT_IDEMPOTENT)
     } else {
-        1
+        config.max_in_flight.max(1)
     }
 }
 
