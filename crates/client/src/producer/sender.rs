@@ -25,7 +25,7 @@ use proto_kafka::messages::{
 };
 use proto_kafka::protocol::StrBytes;
 use sluice_protocol::record::codec::ProducerInfo;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::delivery::Delivery;
 use super::idempotence::Failure;
@@ -382,26 +382,80 @@ fn dispatch(
 /// Writes broker `leader`'s requests in order (without waiting for the
 /// responses) and spawns a task per request that awaits its response. Ends
 /// when the sender loop drops its channel.
+///
+/// Requests complete in the order they were written ([`Turn`]), as the
+/// Java producer's single sender thread completes them, so the outcomes of
+/// one partition's batches are delivered in send order.
 async fn broker_writer(inner: Arc<Inner>, leader: i32, mut rx: mpsc::UnboundedReceiver<Outgoing>) {
+    let mut previous: Option<oneshot::Receiver<()>> = None;
     while let Some(batches) = rx.recv().await {
         let req = produce_request(&inner.config, &batches);
         // Connecting and writing must not outlive the batches' deadline.
         let deadline = earliest_deadline(&inner, &batches);
         let written = tokio::time::timeout_at(deadline.into(), write(&inner, leader, &req)).await;
-        match written {
-            Err(_) => {
-                let e = ClientError::Timeout {
-                    api: "Produce (connect and write)".into(),
-                    addr: format!("broker {leader}"),
-                    timeout: Duration::from_millis(inner.config.delivery_timeout_ms),
-                };
-                complete_request(&inner, leader, batches, |_| (Err(e.clone()), -1));
-            }
-            Ok(Err(e)) => complete_request(&inner, leader, batches, |_| (Err(e.clone()), -1)),
-            Ok(Ok(None)) => complete_request(&inner, leader, batches, |_| (Ok((-1, -1)), -1)),
+        let (done, next) = oneshot::channel();
+        let mut turn = Turn {
+            after: previous.replace(next),
+            _done: done,
+        };
+        let outcome = match written {
+            Err(_) => Err(ClientError::Timeout {
+                api: "Produce (connect and write)".into(),
+                addr: format!("broker {leader}"),
+                timeout: Duration::from_millis(inner.config.delivery_timeout_ms),
+            }),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(None)) => Ok(()),
             Ok(Ok(Some(pending))) => {
-                tokio::spawn(await_response(inner.clone(), leader, batches, pending));
+                tokio::spawn(await_response(
+                    inner.clone(),
+                    leader,
+                    batches,
+                    pending,
+                    turn,
+                ));
+                continue;
             }
+        };
+        let inner = inner.clone();
+        let complete = move || match outcome {
+            Err(e) => complete_request(&inner, leader, batches, |_| (Err(e.clone()), -1)),
+            Ok(()) => complete_request(&inner, leader, batches, |_| (Ok((-1, -1)), -1)),
+        };
+        if turn.is_now() {
+            complete();
+        } else {
+            tokio::spawn(async move {
+                turn.wait().await;
+                complete();
+                drop(turn);
+            });
+        }
+    }
+}
+
+/// A request's place in its connection's completion order: it completes
+/// after the request written before it (`after` resolves, or its sender is
+/// dropped, when that one completed) and signals the next one by dropping
+/// `_done`.
+struct Turn {
+    after: Option<oneshot::Receiver<()>>,
+    _done: oneshot::Sender<()>,
+}
+
+impl Turn {
+    /// Whether the previous request already completed.
+    fn is_now(&mut self) -> bool {
+        match self.after.as_mut() {
+            None => true,
+            Some(rx) => !matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
+        }
+    }
+
+    /// Waits until the previous request completed.
+    async fn wait(&mut self) {
+        if let Some(rx) = self.after.as_mut() {
+            let _ = rx.await;
         }
     }
 }
@@ -459,13 +513,14 @@ fn produce_request(cfg: &ProducerConfig, batches: &[ReadyBatch]) -> ProduceReque
 
 /// Awaits a Produce response, failing the records of batches whose
 /// delivery timeout passes meanwhile (they stay in flight, their partition
-/// muted, until the response or the request timeout), then completes the
-/// request's batches.
+/// muted, until the response or the request timeout), then, in its `turn`,
+/// completes the request's batches.
 async fn await_response(
     inner: Arc<Inner>,
     leader: i32,
     batches: Vec<ReadyBatch>,
     pending: PendingResponse<ProduceResponse>,
+    mut turn: Turn,
 ) {
     let response = pending.wait();
     tokio::pin!(response);
@@ -502,6 +557,7 @@ async fn await_response(
             }
         }
     };
+    turn.wait().await;
     match result {
         Err(e) => complete_request(&inner, leader, batches, |_| (Err(e.clone()), -1)),
         Ok(resp) => {
