@@ -11,9 +11,10 @@
 //! decided. Whoever releases the lock with outcomes queued and nobody
 //! delivering becomes the deliverer ([`StateGuard`]'s `Drop`): it pops
 //! one batch at a time, runs its records' completions without the lock and
-//! goes on until the queue is empty. One deliverer at a time keeps Kafka's
-//! promise that callbacks of one partition run in send order; a callback
-//! may itself call the producer (it holds no lock). `flush` counts a
+//! goes on until the queue is empty. One deliverer at a time, and requests
+//! to a broker completing in the order they were written (`sender::Turn`),
+//! keep Kafka's promise that callbacks of one partition run in send order;
+//! a callback may itself call the producer (it holds no lock). `flush` counts a
 //! record as done only once it was delivered.
 
 use std::future::Future;
