@@ -8,7 +8,7 @@ use tokio::sync::oneshot;
 
 use crate::error::{ClientError, Result};
 
-/// The outcome of [`Consumer::commit_async`]: await it for the result, or
+/// The outcome of [`Consumer::commit_async`](crate::consumer::Consumer::commit_async): await it for the result, or
 /// drop it to ignore the result (the commit still completes).
 #[derive(Debug)]
 pub struct CommitFuture {
