@@ -46,7 +46,7 @@
 //!         .key(format!("customer-{}", i % 3).into_bytes());
 //!     let delivery = producer.send(record).await?; // buffered
 //!     let meta = delivery.await?;                   // acknowledged
-//!     assert_eq!(meta.topic, "orders");
+//!     assert_eq!(&*meta.topic, "orders");
 //! }
 //! producer.close().await?;
 //!
