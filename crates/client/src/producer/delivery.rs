@@ -211,7 +211,7 @@ impl Future for DeliveryFuture {
 pub(crate) enum Completion {
     /// Through a [`DeliveryFuture`].
     Future(oneshot::Sender<Result<RecordMetadata>>),
-    /// Through a callback run on the sender task.
+    /// Through a callback, run by whoever delivers outcomes (module docs).
     Callback(Box<dyn FnOnce(Result<RecordMetadata>) + Send>),
 }
 
