@@ -15,14 +15,14 @@
 //! rebalance listener), initialises positions that are unknown (committed
 //! offset, else `auto.offset.reset`), starts an auto commit when due, hands
 //! out up to `max.poll.records` buffered records, and before returning sends
-//! the next fetch to every leader with fewer than two in flight (for
+//! the next fetch to every leader with fewer than four in flight (for
 //! partitions not in flight), so the broker works while the application
 //! processes and has the next fetch queued while it sends an answer.
 //! Fetches run as background tasks on connections owned by the consumer (one
 //! per fetch in flight); a partition whose buffer already holds
 //! `max.poll.records` records is not fetched again until it drains, and a
 //! fetch of only caught-up partitions (which would wait
-//! `fetch.max.wait.ms` on the broker and hold one of its two fetch slots)
+//! `fetch.max.wait.ms` on the broker and hold one of its four fetch slots)
 //! waits until nothing is buffered. The fetch task decodes its answer, so
 //! the records of one answer are decoded while `poll` hands out another's.
 //! Fetched keys and values are slices of the response frame.
