@@ -15,7 +15,9 @@ Measures, in this order, and prints one table:
   records, acks=1 and acks=all, 1 and 16 partitions, 1 and 4 producers,
   through `sluice perf produce` and through librdkafka (one process per
   producer); broker CPU seconds per GB ingested (utime+stime from
-  /proc/<pid>/stat around each run) for each;
+  /proc/<pid>/stat around each run) for each; each run (and each e2e run)
+  follows a write and delete of as many bytes in the data folder's file
+  system, so that every run's page cache grows into warm memory (`warm`);
 - consume from the page cache (`sluice perf consume`, and librdkafka);
 - end-to-end latency percentiles (`sluice perf e2e`) at 50 % of the peak
   produce rate measured above;
@@ -146,6 +148,7 @@ class Runner:
         self.rss = None
         self.memory_cpu_gb = None
         self.smoke = args.smoke
+        self.warm_dir = None  # set by `limits`
 
     # -- helpers ---------------------------------------------------------
     def sluice(self, *argv, timeout=900):
@@ -168,6 +171,17 @@ class Runner:
         self.rows.append((section, shape, sluice, rdkafka, note))
         print(f"  {section:<10} {shape:<44} {sluice:<34} {rdkafka:<30} {note}", flush=True)
 
+    def warm(self, nbytes):
+        """Writes `nbytes` (at most the limits' size) into a file beside the
+        data folder (same file system) and deletes it, right before a produce or
+        e2e run: the run's page cache then grows into memory just freed
+        (warm), as a broker's does once its page cache fills memory, and
+        not into memory this VM's host took back during an idle moment
+        (cold, design 026), whose cost depends on what ran before. Every
+        client's run starts from that same state."""
+        nbytes = int(min(max(nbytes, MB), self.args.limit_mb * MB))
+        self.sluice("perf", "disk", "--dir", str(self.warm_dir), "--bytes", str(nbytes), "--json")
+
     def records_for(self, size):
         """Records per produce run: --mb megabytes of values."""
         n = int(self.args.mb * MB / size)
@@ -183,6 +197,9 @@ class Runner:
             note += f"; iperf3 {iperf3():.0f} MB/s"
         self.row("limits", "loopback TCP", f"{self.loopback:.0f} MB/s", "", note)
         folder.mkdir(parents=True, exist_ok=True)
+        # Beside the broker's data folder (same file system), not in it.
+        self.warm_dir = folder.parent / "warm"
+        self.warm_dir.mkdir(parents=True, exist_ok=True)
         # Cold memory: on a virtual machine whose host takes back guest
         # memory left free for a few seconds (free page reporting), the
         # first write into each page-cache page then faults on the host.
@@ -224,6 +241,7 @@ class Runner:
         out = {}
         for client in ("sluice", "librdkafka"):
             topic = self.create_topic(bootstrap, partitions, rf, configs)
+            self.warm(n * size * producers * rf)
             before = cpu_seconds(pid) if pid else None
             if client == "sluice":
                 r = self.sluice("perf", "produce", "--topic", topic, "--num-records", str(n),
@@ -285,6 +303,7 @@ class Runner:
         rate = max(int((peak or 2000) / 2), 100)
         n = max(min(rate * (2 if self.smoke else 10), 2_000_000), 200)
         topic = self.create_topic(bootstrap, 1, rf, ("min.insync.replicas=2",) if rf == 3 else ())
+        self.warm(n * 1024 * rf)
         r = self.sluice("perf", "e2e", "--topic", topic, "--num-records", str(n), "--record-size", "1024",
                         "--throughput", str(rate), "--acks", "1" if rf == 1 else "all",
                         "--batch-size", str(BATCH_SIZE), "--json",
