@@ -328,3 +328,89 @@ fn index_interval_bytes_spaces_the_offset_index() {
         }
     }
 }
+
+/// Bytes the file system allocated to segment `base`'s `.log` file.
+fn allocated(dir: &Path, base: i64) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(crate::segment::segment_path(
+        dir,
+        base,
+        crate::segment::LOG_SUFFIX,
+        "",
+    ))
+    .expect("stat")
+    .blocks()
+        * 512
+}
+
+/// One batch of `n` records with 2 KiB values.
+fn big_batch(n: usize, ts: i64) -> Vec<u8> {
+    let mut b = sluice_protocol::record::BatchBuilder::new(
+        sluice_protocol::record::Compression::None,
+        ts,
+    );
+    for i in 0..n {
+        b.push(sluice_protocol::record::Record::new(
+            None,
+            Some(vec![b'a' + (i % 26) as u8; 2048]),
+            ts,
+        ));
+    }
+    b.build(0).expect("build")
+}
+
+/// Without `preallocate`, an append reserves blocks past the data (as far
+/// again as the segment's size) while the file length stays the data's,
+/// so readers and a recovery scan see no tail; sealing gives the reserved
+/// blocks back, and so does sealing a segment that was active when the
+/// process died, after the restart. (Where the file system cannot
+/// reserve, only the lengths are checked.)
+#[test]
+fn appends_reserve_space_ahead_without_changing_the_file_length() {
+    const SLACK: u64 = 16 * 1024;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = Arc::new(ManualClock::new(T0));
+    let log = open(dir.path(), LogConfig::default(), &clock);
+    let mut b = big_batch(50, T0);
+    log.append_as_leader(&mut b, 0).expect("append");
+    let data = b.len() as u64;
+    assert_eq!(file_len(dir.path(), 0), data);
+    let reserved = log.read_segments()[&0].reserved_end();
+    let reserves = reserved != u64::MAX;
+    if reserves {
+        assert_eq!(reserved, 2 * data);
+        assert!(allocated(dir.path(), 0) >= reserved / 4096 * 4096);
+    }
+    let first = values(&log, 0);
+    assert_eq!(first.len(), 50);
+    // Sealed by a roll: the blocks past the data go back.
+    log.roll().expect("roll");
+    assert_eq!(file_len(dir.path(), 0), data);
+    assert!(allocated(dir.path(), 0) <= data + SLACK);
+    // The process dies with blocks reserved past the active segment.
+    let active = log.log_end_offset();
+    let mut b = big_batch(50, T0);
+    log.append_as_leader(&mut b, 0).expect("append");
+    if reserves {
+        assert!(allocated(dir.path(), active) >= 2 * data / 4096 * 4096);
+    }
+    let all = values(&log, 0);
+    log.flush().expect("flush");
+    let recovery_point = log.recovery_point();
+    drop(log);
+    let opts = LogOpenOptions {
+        recovery_point,
+        ..LogOpenOptions::default()
+    };
+    let log = try_open(dir.path(), LogConfig::default(), &clock, opts).expect("reopen");
+    assert_eq!(values(&log, 0), all);
+    assert_eq!(file_len(dir.path(), active), data);
+    // Appends continue; sealing releases what the earlier run reserved.
+    let mut b = big_batch(10, T0);
+    log.append_as_leader(&mut b, 0).expect("append");
+    let size = data + b.len() as u64;
+    log.roll().expect("roll");
+    assert_eq!(file_len(dir.path(), active), size);
+    assert!(allocated(dir.path(), active) <= size + SLACK);
+    assert_eq!(values(&log, 0).len(), 110);
+}
