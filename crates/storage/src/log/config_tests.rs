@@ -345,10 +345,8 @@ fn allocated(dir: &Path, base: i64) -> u64 {
 
 /// One batch of `n` records with 2 KiB values.
 fn big_batch(n: usize, ts: i64) -> Vec<u8> {
-    let mut b = sluice_protocol::record::BatchBuilder::new(
-        sluice_protocol::record::Compression::None,
-        ts,
-    );
+    let mut b =
+        sluice_protocol::record::BatchBuilder::new(sluice_protocol::record::Compression::None, ts);
     for i in 0..n {
         b.push(sluice_protocol::record::Record::new(
             None,
