@@ -13,7 +13,7 @@
 //!
 //! Without `preallocate`, appends reserve the file's blocks a little ahead
 //! of the data (`fallocate(2)` with `FALLOC_FL_KEEP_SIZE`: the file length
-//! stays the data's, at most [`RESERVE_AHEAD_MAX`] past it): a buffered
+//! stays the data's, at most `RESERVE_AHEAD_MAX` (4 MiB) past it): a buffered
 //! write into allocated blocks skips ext4's per-block delayed-allocation
 //! work (reservation, quota, extent-status entries), which was a quarter of
 //! the broker's CPU while ingesting (docs/benchmarks.md). The reserved
@@ -33,7 +33,7 @@ use crate::txn_index::{txn_index_path, TxnIndex, TXN_INDEX_SUFFIX};
 
 /// Most bytes an append reserves past the data (the segment's size after
 /// the append, if smaller): an idle partition holds little unused space.
-pub(crate) const RESERVE_AHEAD_MAX: u64 = 4 << 20;
+const RESERVE_AHEAD_MAX: u64 = 4 << 20;
 
 /// Suffixes of segment files.
 pub const LOG_SUFFIX: &str = ".log";
