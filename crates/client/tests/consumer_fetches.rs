@@ -9,22 +9,23 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use proto_kafka::messages::api_versions_response::ApiVersion;
+use bytes::Bytes;
 use proto_kafka::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use proto_kafka::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use proto_kafka::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse, MetadataResponse,
-    RequestHeader, ResponseHeader, TopicName,
+    ApiKey, BrokerId, FetchRequest, FetchResponse, MetadataResponse, TopicName,
 };
-use proto_kafka::protocol::{Decodable, Encodable, StrBytes};
+use proto_kafka::protocol::{Decodable, StrBytes};
 use sluice_client::consumer::{Consumer, ConsumerConfig};
 use sluice_client::{ClientConfig, TopicPartition};
 use sluice_protocol::record::{BatchBuilder, Compression, Record};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+
+mod fake;
+use fake::frame;
 
 const TOPIC: &str = "t";
 const PARTITIONS: i32 = 8;
@@ -48,20 +49,6 @@ struct Stats {
     /// Connections that sent a Fetch.
     fetch_conns: Mutex<HashSet<usize>>,
     fetches: AtomicUsize,
-}
-
-fn frame<E: Encodable>(key: ApiKey, version: i16, correlation: i32, body: &E) -> Bytes {
-    let mut header = ResponseHeader::default();
-    header.correlation_id = correlation;
-    let mut buf = BytesMut::new();
-    buf.put_i32(0);
-    header
-        .encode(&mut buf, key.response_header_version(version))
-        .expect("header");
-    body.encode(&mut buf, version).expect("body");
-    let len = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    buf.freeze()
 }
 
 fn metadata(port: u16) -> MetadataResponse {
@@ -129,31 +116,20 @@ fn fetch(req: &FetchRequest) -> (FetchResponse, Vec<i32>) {
 
 async fn serve(stream: TcpStream, conn: usize, port: u16, stats: Arc<Stats>) {
     let (mut rd, mut wr) = stream.into_split();
-    while let Ok(len) = rd.read_i32().await {
-        let mut buf = vec![0u8; len as usize];
-        if rd.read_exact(&mut buf).await.is_err() {
-            return;
-        }
-        let key = ApiKey::try_from(i16::from_be_bytes([buf[0], buf[1]])).expect("key");
-        let version = i16::from_be_bytes([buf[2], buf[3]]);
-        let mut body = Bytes::from(buf);
-        let header =
-            RequestHeader::decode(&mut body, key.request_header_version(version)).expect("hdr");
-        let c = header.correlation_id;
+    while let Some(req) = fake::read_request(&mut rd).await {
+        let fake::Request {
+            key,
+            version,
+            correlation: c,
+            mut body,
+        } = req;
         let reply = match key {
             ApiKey::ApiVersions => {
-                let mut resp = ApiVersionsResponse::default();
-                for (k, min, max) in [
+                let resp = fake::api_versions(&[
                     (ApiKey::ApiVersions, 0, 3),
                     (ApiKey::Metadata, 0, 12),
                     (ApiKey::Fetch, 4, 12),
-                ] {
-                    let mut v = ApiVersion::default();
-                    v.api_key = k as i16;
-                    v.min_version = min;
-                    v.max_version = max;
-                    resp.api_keys.push(v);
-                }
+                ]);
                 frame(key, version, c, &resp)
             }
             ApiKey::Metadata => frame(key, version, c, &metadata(port)),

@@ -12,8 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
-use proto_kafka::messages::api_versions_response::ApiVersion;
+use bytes::Bytes;
 use proto_kafka::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use proto_kafka::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -22,18 +21,21 @@ use proto_kafka::messages::produce_response::{
     NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
 use proto_kafka::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, FetchRequest, FetchResponse, MetadataResponse,
-    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, BrokerId, FetchRequest, FetchResponse, MetadataResponse, ProduceRequest,
+    ProduceResponse, TopicName,
 };
-use proto_kafka::protocol::{Decodable, Encodable, StrBytes};
+use proto_kafka::protocol::{Decodable, StrBytes};
 use sluice_client::consumer::{Consumer, ConsumerConfig};
 use sluice_client::{
     ClientConfig, Cluster, Producer, ProducerConfig, ProducerRecord, TopicPartition,
 };
 use sluice_protocol::record::codec::decode_batch;
 use sluice_protocol::record::{BatchBuilder, BatchIter, Compression, Record};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+
+mod fake;
+use fake::frame;
 
 const TOPIC: &str = "t";
 const NOT_LEADER_OR_FOLLOWER: i16 = 6;
@@ -69,20 +71,6 @@ type Shared = Arc<Mutex<State>>;
 
 fn lock(s: &Shared) -> std::sync::MutexGuard<'_, State> {
     s.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn frame<E: Encodable>(key: ApiKey, version: i16, correlation: i32, body: &E) -> Bytes {
-    let mut header = ResponseHeader::default();
-    header.correlation_id = correlation;
-    let mut buf = BytesMut::new();
-    buf.put_i32(0);
-    header
-        .encode(&mut buf, key.response_header_version(version))
-        .expect("header");
-    body.encode(&mut buf, version).expect("body");
-    let len = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    buf.freeze()
 }
 
 fn metadata(state: &State, id: i32) -> MetadataResponse {
@@ -210,32 +198,24 @@ fn produce(state: &mut State, id: i32, req: &ProduceRequest) -> ProduceResponse 
 
 async fn serve(stream: TcpStream, id: i32, state: Shared) {
     let (mut rd, mut wr) = stream.into_split();
-    while let Ok(len) = rd.read_i32().await {
-        let mut buf = vec![0u8; len as usize];
-        if rd.read_exact(&mut buf).await.is_err() || lock(&state).down.contains(&id) {
+    while let Some(req) = fake::read_request(&mut rd).await {
+        if lock(&state).down.contains(&id) {
             return;
         }
-        let key = ApiKey::try_from(i16::from_be_bytes([buf[0], buf[1]])).expect("key");
-        let version = i16::from_be_bytes([buf[2], buf[3]]);
-        let mut body = Bytes::from(buf);
-        let header =
-            RequestHeader::decode(&mut body, key.request_header_version(version)).expect("hdr");
-        let c = header.correlation_id;
+        let fake::Request {
+            key,
+            version,
+            correlation: c,
+            mut body,
+        } = req;
         let reply = match key {
             ApiKey::ApiVersions => {
-                let mut resp = ApiVersionsResponse::default();
-                for (k, min, max) in [
+                let resp = fake::api_versions(&[
                     (ApiKey::ApiVersions, 0, 3),
                     (ApiKey::Metadata, 0, 12),
                     (ApiKey::Fetch, 4, 12),
                     (ApiKey::Produce, 3, 12),
-                ] {
-                    let mut v = ApiVersion::default();
-                    v.api_key = k as i16;
-                    v.min_version = min;
-                    v.max_version = max;
-                    resp.api_keys.push(v);
-                }
+                ]);
                 frame(key, version, c, &resp)
             }
             ApiKey::Metadata => frame(key, version, c, &metadata(&lock(&state), id)),

@@ -14,22 +14,24 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use proto_kafka::messages::api_versions_response::ApiVersion;
+use bytes::Bytes;
 use proto_kafka::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use proto_kafka::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use proto_kafka::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, InitProducerIdResponse, MetadataResponse,
-    ProduceRequest, ProduceResponse, ProducerId, RequestHeader, ResponseHeader,
+    ApiKey, BrokerId, InitProducerIdResponse, MetadataResponse, ProduceRequest, ProduceResponse,
+    ProducerId,
 };
-use proto_kafka::protocol::{Decodable, Encodable, StrBytes};
+use proto_kafka::protocol::{Decodable, StrBytes};
 use sluice_client::{ClientConfig, ClientError, Producer, ProducerConfig, ProducerRecord};
 use sluice_protocol::record::codec::decode_batch;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+
+mod fake;
+use fake::frame;
 
 mod common;
 
@@ -136,20 +138,6 @@ struct Fake {
     out_of_order: AtomicUsize,
 }
 
-fn frame<E: Encodable>(key: ApiKey, version: i16, correlation: i32, body: &E) -> Bytes {
-    let mut header = ResponseHeader::default();
-    header.correlation_id = correlation;
-    let mut buf = BytesMut::new();
-    buf.put_i32(0);
-    header
-        .encode(&mut buf, key.response_header_version(version))
-        .expect("header");
-    body.encode(&mut buf, version).expect("body");
-    let len = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    buf.freeze()
-}
-
 /// Serves one connection; responses leave in order, Produce ones `DELAY`
 /// after their request came. Dropping the connection also drops the
 /// responses still queued.
@@ -169,21 +157,16 @@ async fn serve(stream: TcpStream, port: u16, fake: Arc<Fake>) {
             }
         }
     });
-    while let Ok(len) = rd.read_i32().await {
-        let mut buf = vec![0u8; len as usize];
-        if rd.read_exact(&mut buf).await.is_err() {
-            break;
-        }
-        let key = ApiKey::try_from(i16::from_be_bytes([buf[0], buf[1]])).expect("key");
-        let version = i16::from_be_bytes([buf[2], buf[3]]);
-        let mut body = Bytes::from(buf);
-        let header =
-            RequestHeader::decode(&mut body, key.request_header_version(version)).expect("hdr");
+    while let Some(req) = fake::read_request(&mut rd).await {
+        let fake::Request {
+            key,
+            version,
+            correlation: c,
+            mut body,
+        } = req;
         let now = tokio::time::Instant::now();
-        let c = header.correlation_id;
         let reply = match key {
             ApiKey::ApiVersions => {
-                let mut resp = ApiVersionsResponse::default();
                 let mut apis = vec![
                     (ApiKey::ApiVersions, 0, 3),
                     (ApiKey::Metadata, 0, 12),
@@ -192,13 +175,7 @@ async fn serve(stream: TcpStream, port: u16, fake: Arc<Fake>) {
                 if fake.init.is_some() {
                     apis.push((ApiKey::InitProducerId, 0, 5));
                 }
-                for (k, min, max) in apis {
-                    let mut v = ApiVersion::default();
-                    v.api_key = k as i16;
-                    v.min_version = min;
-                    v.max_version = max;
-                    resp.api_keys.push(v);
-                }
+                let resp = fake::api_versions(&apis);
                 (now, frame(key, version, c, &resp), false)
             }
             ApiKey::Metadata => {
