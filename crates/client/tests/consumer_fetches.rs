@@ -11,13 +11,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use proto_kafka::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use proto_kafka::messages::metadata_response::{
-    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
-};
-use proto_kafka::messages::{
-    ApiKey, BrokerId, FetchRequest, FetchResponse, MetadataResponse, TopicName,
-};
-use proto_kafka::protocol::{Decodable, StrBytes};
+use proto_kafka::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
+use proto_kafka::protocol::Decodable;
 use sluice_client::consumer::{Consumer, ConsumerConfig};
 use sluice_client::{ClientConfig, TopicPartition};
 use sluice_protocol::record::{BatchBuilder, Compression, Record};
@@ -49,28 +44,6 @@ struct Stats {
     /// Connections that sent a Fetch.
     fetch_conns: Mutex<HashSet<usize>>,
     fetches: AtomicUsize,
-}
-
-fn metadata(port: u16) -> MetadataResponse {
-    let mut resp = MetadataResponse::default();
-    let mut b = MetadataResponseBroker::default();
-    b.node_id = BrokerId(1);
-    b.host = StrBytes::from_static_str("127.0.0.1");
-    b.port = i32::from(port);
-    resp.brokers.push(b);
-    resp.controller_id = BrokerId(1);
-    let mut t = MetadataResponseTopic::default();
-    t.name = Some(TopicName(StrBytes::from_static_str(TOPIC)));
-    for i in 0..PARTITIONS {
-        let mut p = MetadataResponsePartition::default();
-        p.partition_index = i;
-        p.leader_id = BrokerId(1);
-        p.replica_nodes = vec![BrokerId(1)];
-        p.isr_nodes = vec![BrokerId(1)];
-        t.partitions.push(p);
-    }
-    resp.topics.push(t);
-    resp
 }
 
 /// One batch of the records from `offset` (at most `PER_FETCH`, values
@@ -132,7 +105,12 @@ async fn serve(stream: TcpStream, conn: usize, port: u16, stats: Arc<Stats>) {
                 ]);
                 frame(key, version, c, &resp)
             }
-            ApiKey::Metadata => frame(key, version, c, &metadata(port)),
+            ApiKey::Metadata => frame(
+                key,
+                version,
+                c,
+                &fake::one_broker_metadata(port, TOPIC, PARTITIONS),
+            ),
             ApiKey::Fetch => {
                 let req = FetchRequest::decode(&mut body, version).expect("fetch");
                 let (resp, partitions) = fetch(&req);

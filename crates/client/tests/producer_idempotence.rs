@@ -15,13 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use proto_kafka::messages::metadata_response::{
-    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
-};
 use proto_kafka::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use proto_kafka::messages::{
-    ApiKey, BrokerId, InitProducerIdResponse, MetadataResponse, ProduceRequest, ProduceResponse,
-    ProducerId,
+    ApiKey, BrokerId, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
 };
 use proto_kafka::protocol::{Decodable, StrBytes};
 use sluice_client::{ClientConfig, ClientError, Producer, ProducerConfig, ProducerRecord};
@@ -179,26 +175,7 @@ async fn serve(stream: TcpStream, port: u16, fake: Arc<Fake>) {
                 (now, frame(key, version, c, &resp), false)
             }
             ApiKey::Metadata => {
-                let mut resp = MetadataResponse::default();
-                let mut b = MetadataResponseBroker::default();
-                b.node_id = BrokerId(1);
-                b.host = StrBytes::from_static_str("127.0.0.1");
-                b.port = i32::from(port);
-                resp.brokers.push(b);
-                resp.controller_id = BrokerId(1);
-                let mut t = MetadataResponseTopic::default();
-                t.name = Some(proto_kafka::messages::TopicName(StrBytes::from_static_str(
-                    TOPIC,
-                )));
-                for i in 0..PARTITIONS {
-                    let mut p = MetadataResponsePartition::default();
-                    p.partition_index = i;
-                    p.leader_id = BrokerId(1);
-                    p.replica_nodes = vec![BrokerId(1)];
-                    p.isr_nodes = vec![BrokerId(1)];
-                    t.partitions.push(p);
-                }
-                resp.topics.push(t);
+                let resp = fake::one_broker_metadata(port, TOPIC, PARTITIONS);
                 (now, frame(key, version, c, &resp), false)
             }
             ApiKey::InitProducerId => {

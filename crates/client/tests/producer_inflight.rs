@@ -11,15 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use proto_kafka::messages::metadata_response::{
-    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
-};
 use proto_kafka::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use proto_kafka::messages::{
-    ApiKey, BrokerId, InitProducerIdResponse, MetadataResponse, ProduceRequest, ProduceResponse,
-    ProducerId, TopicName,
+    ApiKey, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
 };
-use proto_kafka::protocol::{Decodable, StrBytes};
+use proto_kafka::protocol::Decodable;
 use sluice_client::{ClientConfig, Producer, ProducerConfig, ProducerRecord};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -84,24 +80,7 @@ async fn serve(stream: TcpStream, port: u16, stats: Arc<Stats>) {
                 (now, frame(key, version, c, &resp), Vec::new())
             }
             ApiKey::Metadata => {
-                let mut resp = MetadataResponse::default();
-                let mut b = MetadataResponseBroker::default();
-                b.node_id = BrokerId(1);
-                b.host = StrBytes::from_static_str("127.0.0.1");
-                b.port = i32::from(port);
-                resp.brokers.push(b);
-                resp.controller_id = BrokerId(1);
-                let mut t = MetadataResponseTopic::default();
-                t.name = Some(TopicName(StrBytes::from_static_str("t")));
-                for i in 0..PARTITIONS {
-                    let mut p = MetadataResponsePartition::default();
-                    p.partition_index = i;
-                    p.leader_id = BrokerId(1);
-                    p.replica_nodes = vec![BrokerId(1)];
-                    p.isr_nodes = vec![BrokerId(1)];
-                    t.partitions.push(p);
-                }
-                resp.topics.push(t);
+                let resp = fake::one_broker_metadata(port, "t", PARTITIONS);
                 (now, frame(key, version, c, &resp), Vec::new())
             }
             ApiKey::InitProducerId => {

@@ -1,14 +1,20 @@
 //! Pieces shared by the client tests that script fake brokers: reading a
-//! request (key, version, correlation id, body), framing a response, and
-//! an ApiVersions answer.
+//! request (key, version, correlation id, body), framing a response, an
+//! ApiVersions answer and a one-broker Metadata answer.
 
 // Each test binary uses its own subset of these helpers.
 #![allow(dead_code)]
 
 use bytes::{BufMut, Bytes, BytesMut};
 use proto_kafka::messages::api_versions_response::ApiVersion;
-use proto_kafka::messages::{ApiKey, ApiVersionsResponse, RequestHeader, ResponseHeader};
-use proto_kafka::protocol::{Decodable, Encodable};
+use proto_kafka::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use proto_kafka::messages::{
+    ApiKey, ApiVersionsResponse, BrokerId, MetadataResponse, RequestHeader, ResponseHeader,
+    TopicName,
+};
+use proto_kafka::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::AsyncReadExt;
 use tokio::net::tcp::OwnedReadHalf;
 
@@ -64,5 +70,29 @@ pub fn api_versions(apis: &[(ApiKey, i16, i16)]) -> ApiVersionsResponse {
         v.max_version = max;
         resp.api_keys.push(v);
     }
+    resp
+}
+
+/// A Metadata answer naming one broker (id 1 at 127.0.0.1:`port`, also the
+/// controller) and `topic` with `partitions` partitions, all led by it.
+pub fn one_broker_metadata(port: u16, topic: &'static str, partitions: i32) -> MetadataResponse {
+    let mut resp = MetadataResponse::default();
+    let mut b = MetadataResponseBroker::default();
+    b.node_id = BrokerId(1);
+    b.host = StrBytes::from_static_str("127.0.0.1");
+    b.port = i32::from(port);
+    resp.brokers.push(b);
+    resp.controller_id = BrokerId(1);
+    let mut t = MetadataResponseTopic::default();
+    t.name = Some(TopicName(StrBytes::from_static_str(topic)));
+    for i in 0..partitions {
+        let mut p = MetadataResponsePartition::default();
+        p.partition_index = i;
+        p.leader_id = BrokerId(1);
+        p.replica_nodes = vec![BrokerId(1)];
+        p.isr_nodes = vec![BrokerId(1)];
+        t.partitions.push(p);
+    }
+    resp.topics.push(t);
     resp
 }

@@ -19,7 +19,8 @@ fn files_ending(dir: &Path, suffix: &str) -> Vec<String> {
     v
 }
 
-fn file_len(dir: &Path, base: i64) -> u64 {
+/// Segment `base`'s `.log` file.
+fn log_file(dir: &Path, base: i64) -> std::fs::Metadata {
     std::fs::metadata(crate::segment::segment_path(
         dir,
         base,
@@ -27,7 +28,10 @@ fn file_len(dir: &Path, base: i64) -> u64 {
         "",
     ))
     .expect("stat")
-    .len()
+}
+
+fn file_len(dir: &Path, base: i64) -> u64 {
+    log_file(dir, base).len()
 }
 
 fn append(log: &Log, clock: &ManualClock, ts: i64, tag: &str) -> AppendInfo {
@@ -332,15 +336,7 @@ fn index_interval_bytes_spaces_the_offset_index() {
 /// Bytes the file system allocated to segment `base`'s `.log` file.
 fn allocated(dir: &Path, base: i64) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(crate::segment::segment_path(
-        dir,
-        base,
-        crate::segment::LOG_SUFFIX,
-        "",
-    ))
-    .expect("stat")
-    .blocks()
-        * 512
+    log_file(dir, base).blocks() * 512
 }
 
 /// One batch of `n` records with 2 KiB values.
