@@ -19,7 +19,7 @@ fn files_ending(dir: &Path, suffix: &str) -> Vec<String> {
     v
 }
 
-/// Segment `base`'s `.log` file.
+/// The metadata of segment `base`'s `.log` file.
 fn log_file(dir: &Path, base: i64) -> std::fs::Metadata {
     std::fs::metadata(crate::segment::segment_path(
         dir,
