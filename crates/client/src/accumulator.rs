@@ -17,7 +17,8 @@
 //! batch header when that is larger), until the sender deallocates the
 //! batch; records that fit the open batch reserve nothing more. The buffer
 //! is allocated with that capacity, so records are encoded into it once
-//! and never moved by a reallocation.
+//! and never moved by a reallocation. Buffers of `batch.size` are reused
+//! once the last request holding a batch lets go of it ([`pool`]).
 //!
 //! Delivery timeouts: [`RecordAccumulator::expire`] removes batches older
 //! than `delivery.timeout.ms` (open, closed or waiting for a retry, muted
@@ -45,6 +46,10 @@ use sluice_protocol::record::codec::{encoded_record_len, ProducerInfo};
 use sluice_protocol::record::{BatchBuilder, Compression, Record, RecordRef};
 
 use crate::error::{ClientError, Result};
+
+mod pool;
+
+use pool::BatchPool;
 
 /// Size of a v2 batch header (Kafka's `RECORD_BATCH_OVERHEAD`).
 pub const BATCH_HEADER_LEN: usize = 61;
@@ -242,6 +247,8 @@ pub struct RecordAccumulator {
     /// Batches are written with the transactional attribute
     /// ([`Self::set_transactional`]).
     transactional: bool,
+    /// Buffers of finished batches, for new ones.
+    pool: BatchPool,
 }
 
 /// What a partition would drain next ([`RecordAccumulator::front`]).
@@ -271,6 +278,7 @@ impl RecordAccumulator {
             next_batch_id: 0,
             flushing: false,
             transactional: false,
+            pool: BatchPool::new(config.batch_size, config.buffer_memory),
         }
     }
 
@@ -373,10 +381,10 @@ impl RecordAccumulator {
             self.next_batch_id += 1;
             queue.batches.push_back(OpenBatch {
                 id,
-                builder: BatchBuilder::with_capacity(
+                builder: BatchBuilder::with_buffer(
                     self.config.compression,
                     record.timestamp,
-                    reserve,
+                    self.pool.take(reserve),
                 ),
                 size: 0,
                 reserved: reserve,
@@ -558,7 +566,7 @@ impl RecordAccumulator {
                 Ok(Some(ReadyBatch {
                     id: b.id,
                     tp: tp.clone(),
-                    bytes: Bytes::from(bytes),
+                    bytes: self.pool.seal(bytes),
                     record_count: count,
                     reserved: b.reserved,
                     created_ms: b.created_ms,

@@ -339,3 +339,96 @@ fn abort_frees_memory() -> Result<()> {
     assert_eq!(acc.used_memory(), 0);
     Ok(())
 }
+
+/// Drains every batch of `tp` at a time past any linger.
+fn drain_all(acc: &mut RecordAccumulator, tp: &TopicPartition) -> Result<Vec<ReadyBatch>> {
+    acc.drain_partition(tp, u64::MAX / 2)
+}
+
+#[test]
+fn a_batch_buffer_is_reused_once_the_last_request_lets_go_of_it() -> Result<()> {
+    let mut acc = RecordAccumulator::new(AccumulatorConfig {
+        batch_size: 4_096,
+        ..AccumulatorConfig::default()
+    });
+    appended(acc.append(&tp(0), rec(100, 1), 0)?);
+    let first = drain_all(&mut acc, &tp(0))?.remove(0);
+    let first_ptr = first.bytes.as_ptr();
+    let first_bytes = first.bytes.to_vec();
+    // A request still holds the batch: the next batch gets a new buffer
+    // and the held bytes do not change.
+    let in_request = first.bytes.clone();
+    acc.deallocate(&first);
+    drop(first);
+    appended(acc.append(&tp(0), rec(200, 2), 0)?);
+    let second = drain_all(&mut acc, &tp(0))?.remove(0);
+    assert_ne!(second.bytes.as_ptr(), first_ptr);
+    assert_eq!(in_request.to_vec(), first_bytes);
+    assert_eq!(acc.pool.free(), 0);
+    // The request lets go: the buffer is free and the next batch reuses it,
+    // encoded from scratch (the old records are gone).
+    drop(in_request);
+    assert_eq!(acc.pool.free(), 1);
+    appended(acc.append(&tp(0), rec(50, 3), 0)?);
+    let third = drain_all(&mut acc, &tp(0))?.remove(0);
+    assert_eq!(third.bytes.as_ptr(), first_ptr);
+    assert_eq!(acc.pool.free(), 0);
+    let decoded =
+        decode_batch(&third.bytes, 1 << 20).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    assert_eq!(decoded.header.records_count, 1);
+    assert_eq!(
+        decoded.records[0].record.value.as_deref(),
+        Some(&[b'v'; 50][..])
+    );
+    drop(second);
+    assert_eq!(acc.pool.free(), 1);
+    Ok(())
+}
+
+#[test]
+fn only_batch_size_buffers_are_kept_and_at_most_buffer_memory_of_them() -> Result<()> {
+    let mut acc = RecordAccumulator::new(AccumulatorConfig {
+        batch_size: 1_024,
+        buffer_memory: 4 * 1_024,
+        ..AccumulatorConfig::default()
+    });
+    // A record larger than batch.size gets a batch of its own size: freed,
+    // not kept.
+    appended(acc.append(&tp(0), rec(2_000, 1), 0)?);
+    let big = drain_all(&mut acc, &tp(0))?;
+    acc.deallocate(&big[0]);
+    drop(big);
+    assert_eq!(acc.pool.free(), 0);
+    // Four batches in memory at once (all buffer.memory allows), then a
+    // fifth buffer from a batch whose request outlived the others: four
+    // are kept.
+    let mut held = Vec::new();
+    for p in 0..4 {
+        appended(acc.append(&tp(p), rec(10, 1), 0)?);
+        held.extend(drain_all(&mut acc, &tp(p))?);
+    }
+    let extra = acc.pool.seal(Vec::with_capacity(1_024));
+    for b in &held {
+        acc.deallocate(b);
+    }
+    drop(held);
+    assert_eq!(acc.pool.free(), 4);
+    drop(extra);
+    assert_eq!(acc.pool.free(), 4);
+    Ok(())
+}
+
+#[test]
+fn a_batch_outliving_its_producer_is_freed() -> Result<()> {
+    let mut acc = RecordAccumulator::new(AccumulatorConfig {
+        batch_size: 1_024,
+        ..AccumulatorConfig::default()
+    });
+    appended(acc.append(&tp(0), rec(10, 1), 0)?);
+    let batch = drain_all(&mut acc, &tp(0))?.remove(0);
+    let expected = batch.bytes.to_vec();
+    drop(acc);
+    assert_eq!(batch.bytes.to_vec(), expected);
+    drop(batch);
+    Ok(())
+}

@@ -323,7 +323,19 @@ impl BatchBuilder {
     /// (header included) before the buffer grows: a producer gives its
     /// `batch.size`, so records are never copied by a reallocation.
     pub fn with_capacity(compression: Compression, base_timestamp: i64, capacity: usize) -> Self {
-        let mut payload = Vec::with_capacity(capacity.max(HEADER_LEN));
+        Self::with_buffer(
+            compression,
+            base_timestamp,
+            Vec::with_capacity(capacity.max(HEADER_LEN)),
+        )
+    }
+
+    /// Like [`BatchBuilder::with_capacity`], encoding into `buffer` (its
+    /// contents are discarded, its capacity kept): a producer hands back a
+    /// buffer of an earlier batch instead of allocating a new one.
+    pub fn with_buffer(compression: Compression, base_timestamp: i64, buffer: Vec<u8>) -> Self {
+        let mut payload = buffer;
+        payload.clear();
         // Room for the header, written by `finish`.
         payload.resize(HEADER_LEN, 0);
         Self {
