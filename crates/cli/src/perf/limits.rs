@@ -4,7 +4,10 @@
 //!
 //! - loopback: one thread writes `--bytes` over a TCP connection on
 //!   127.0.0.1 in `--chunk` writes, another reads them into one reused
-//!   buffer (the socket copies a broker and a client cannot avoid);
+//!   buffer (the socket copies a broker and a client cannot avoid); with
+//!   `--sendfile-dir`, the sender `sendfile(2)`s them from a file of the
+//!   page cache instead, as the broker answers a fetch (the floor under a
+//!   consumer's and its broker's CPU per GB);
 //! - disk: sequential `--chunk` writes of `--bytes` into a new file in
 //!   `--dir` (the broker's data folder), with `fdatasync` at the end when
 //!   `--fdatasync` is given; the file is removed afterwards.
@@ -33,6 +36,12 @@ pub struct LoopbackArgs {
     /// Size of each write (and of the reader's buffer).
     #[arg(long, value_name = "BYTES", default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(1..=(1 << 30)))]
     chunk: u64,
+    /// Send from a file: first write `--bytes` into a new file in this
+    /// folder (e.g. the broker's data folder; not counted), then send it
+    /// with sendfile(2), `--chunk` bytes per call, as the broker answers a
+    /// fetch from the page cache. The file is removed afterwards.
+    #[arg(long, value_name = "DIR")]
+    sendfile_dir: Option<PathBuf>,
     /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
@@ -111,6 +120,10 @@ fn cpu_since(before: Option<f64>) -> Option<f64> {
 
 /// Runs `sluice perf loopback`.
 pub fn loopback(args: &LoopbackArgs) -> anyhow::Result<()> {
+    let source = match &args.sendfile_dir {
+        Some(dir) => Some(SourceFile::write(dir, args.bytes, args.chunk)?),
+        None => None,
+    };
     let listener = TcpListener::bind("127.0.0.1:0").context("cannot listen on 127.0.0.1")?;
     let addr = listener.local_addr()?;
     let chunk = args.chunk as usize;
@@ -128,34 +141,116 @@ pub fn loopback(args: &LoopbackArgs) -> anyhow::Result<()> {
         }
         Ok(got)
     });
-    let buf = pattern(chunk);
     let cpu = cpu_seconds();
     let start = Instant::now();
     {
         let mut s = TcpStream::connect(addr).context("connect")?;
         s.set_nodelay(true)?;
-        let mut left = total;
-        while left > 0 {
-            let n = left.min(chunk as u64) as usize;
-            s.write_all(&buf[..n]).context("write")?;
-            left -= n as u64;
+        match &source {
+            Some(file) => file.send(&s, chunk)?,
+            None => {
+                let buf = pattern(chunk);
+                let mut left = total;
+                while left > 0 {
+                    let n = left.min(chunk as u64) as usize;
+                    s.write_all(&buf[..n]).context("write")?;
+                    left -= n as u64;
+                }
+            }
         }
     }
     let got = reader
         .join()
         .map_err(|_| anyhow::anyhow!("the reader thread panicked"))??;
     let seconds = start.elapsed().as_secs_f64();
+    let cpu_seconds = cpu_since(cpu);
+    drop(source);
     if got != total {
         bail!("sent {total} bytes but {got} arrived");
     }
     Rate {
-        what: "loopback",
+        what: if args.sendfile_dir.is_some() {
+            "loopback sendfile"
+        } else {
+            "loopback"
+        },
         bytes: total,
         seconds,
-        cpu_seconds: cpu_since(cpu),
+        cpu_seconds,
     }
     .print(args.json);
     Ok(())
+}
+
+/// The file `sluice perf loopback --sendfile-dir` sends; removed when
+/// dropped.
+#[derive(Debug)]
+struct SourceFile {
+    path: PathBuf,
+    file: std::fs::File,
+    len: u64,
+}
+
+impl SourceFile {
+    /// Writes `len` bytes into a new file in `dir` (left in the page cache).
+    fn write(dir: &std::path::Path, len: u64, chunk: u64) -> anyhow::Result<Self> {
+        if !dir.is_dir() {
+            bail!("--sendfile-dir {}: not a folder", dir.display());
+        }
+        let path = dir.join(format!(".sluice-perf-sendfile-{}", std::process::id()));
+        // Removed by `Drop` from here on, whatever fails.
+        let mut this = Self {
+            file: std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+            path,
+            len,
+        };
+        let buf = pattern(chunk as usize);
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(chunk) as usize;
+            this.file
+                .write_all(&buf[..n])
+                .with_context(|| format!("writing {}", this.path.display()))?;
+            left -= n as u64;
+        }
+        Ok(this)
+    }
+
+    /// Sends the whole file on `sock` with sendfile(2), at most `chunk`
+    /// bytes per call.
+    fn send(&self, sock: &TcpStream, chunk: usize) -> anyhow::Result<()> {
+        use std::os::fd::AsRawFd;
+        let mut offset: libc::off_t = 0;
+        while (offset as u64) < self.len {
+            let count = (self.len - offset as u64).min(chunk as u64) as usize;
+            // SAFETY: both descriptors stay open for the call (borrowed
+            // from `sock` and `self`), and `offset` is a valid, exclusive
+            // `off_t` the kernel advances.
+            let n = unsafe {
+                libc::sendfile(sock.as_raw_fd(), self.file.as_raw_fd(), &mut offset, count)
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e).context("sendfile");
+                }
+            } else if n == 0 {
+                bail!("sendfile stopped at byte {offset} of {}", self.len);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SourceFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// Runs `sluice perf disk`.
@@ -250,8 +345,38 @@ mod tests {
         let args = LoopbackArgs {
             bytes: (5 << 20) + 17,
             chunk: 1 << 20,
+            sendfile_dir: None,
             json: false,
         };
         loopback(&args).expect("loopback");
+    }
+
+    #[test]
+    fn loopback_sendfile_moves_every_byte_and_removes_its_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let args = LoopbackArgs {
+            bytes: (5 << 20) + 17,
+            chunk: 1 << 20,
+            sendfile_dir: Some(dir.path().to_path_buf()),
+            json: true,
+        };
+        loopback(&args).expect("loopback");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("ls").count(), 0);
+    }
+
+    #[test]
+    fn loopback_sendfile_names_a_missing_folder() {
+        let args = LoopbackArgs {
+            bytes: 1 << 20,
+            chunk: 1 << 20,
+            sendfile_dir: Some(PathBuf::from("/nonexistent/sluice-perf")),
+            json: true,
+        };
+        let e = loopback(&args).expect_err("missing folder");
+        assert!(
+            e.to_string()
+                .contains("--sendfile-dir /nonexistent/sluice-perf"),
+            "{e}"
+        );
     }
 }
