@@ -558,11 +558,15 @@ impl RecordAccumulator {
                     return Ok(None);
                 };
                 let count = b.builder.len() as u32;
-                let bytes = b
+                let (bytes, spare) = b
                     .builder
                     .producer(producer, self.transactional)
-                    .finish(0)
+                    .finish_with_spare(0)
                     .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                // A compressed batch leaves its record buffer behind.
+                if let Some(buffer) = spare {
+                    self.pool.give_back(buffer);
+                }
                 Ok(Some(ReadyBatch {
                     id: b.id,
                     tp: tp.clone(),

@@ -8,6 +8,8 @@
 //! then encodes into memory that is already mapped, instead of a fresh
 //! `batch.size` allocation the kernel has to fault in page by page (with
 //! 1 MiB batches, about 7 % of a 1 KiB producer's CPU went to those faults).
+//! A compressed batch is written into a new buffer, so its record buffer
+//! comes back as soon as the batch is compressed ([`BatchPool::give_back`]).
 //!
 //! Only buffers of exactly `batch.size` are kept (a batch opened for one
 //! larger record is freed as usual), at most `buffer.memory / batch.size`
@@ -86,6 +88,13 @@ impl BatchPool {
             buffer,
             pool: Arc::downgrade(&self.shared),
         })
+    }
+
+    /// Keeps `buffer` for a later batch, when it is a `batch.size` buffer
+    /// and the pool is not full (a compressed batch's record buffer, free
+    /// as soon as the batch is compressed).
+    pub fn give_back(&self, buffer: Vec<u8>) {
+        self.shared.give_back(buffer);
     }
 
     /// Buffers free now.

@@ -432,3 +432,28 @@ fn a_batch_outliving_its_producer_is_freed() -> Result<()> {
     drop(batch);
     Ok(())
 }
+
+#[test]
+fn a_compressed_batch_gives_its_record_buffer_back_at_once() -> Result<()> {
+    let mut acc = RecordAccumulator::new(AccumulatorConfig {
+        batch_size: 4_096,
+        compression: Compression::Lz4,
+        ..AccumulatorConfig::default()
+    });
+    appended(acc.append(&tp(0), rec(500, 1), 0)?);
+    let batch = drain_all(&mut acc, &tp(0))?.remove(0);
+    // The batch is compressed into a buffer of its own; the record buffer
+    // is free while the batch is still held.
+    assert!(batch.bytes.len() < 500);
+    assert_eq!(acc.pool.free(), 1);
+    appended(acc.append(&tp(0), rec(500, 2), 0)?);
+    assert_eq!(acc.pool.free(), 0, "the next batch reuses it");
+    let decoded =
+        decode_batch(&batch.bytes, 1 << 20).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    assert_eq!(decoded.records.len(), 1);
+    assert_eq!(
+        decoded.records[0].record.value.as_deref(),
+        Some(&[b'v'; 500][..])
+    );
+    Ok(())
+}

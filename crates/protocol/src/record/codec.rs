@@ -419,13 +419,21 @@ impl BatchBuilder {
 
     /// Like [`BatchBuilder::build`], consuming the builder: an uncompressed
     /// batch reuses the record buffer (no copy of the records).
-    pub fn finish(mut self, base_offset: i64) -> Result<Vec<u8>> {
+    pub fn finish(self, base_offset: i64) -> Result<Vec<u8>> {
+        Ok(self.finish_with_spare(base_offset)?.0)
+    }
+
+    /// Like [`BatchBuilder::finish`], also handing back the record buffer
+    /// when the batch did not end up in it (a compressed batch is a new
+    /// buffer), for the next batch to reuse.
+    pub fn finish_with_spare(mut self, base_offset: i64) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
         let fields = self.fields(base_offset)?;
         if self.compression != Compression::None {
-            return assemble(&fields, self.compression, &self.payload[HEADER_LEN..]);
+            let batch = assemble(&fields, self.compression, &self.payload[HEADER_LEN..])?;
+            return Ok((batch, Some(self.payload)));
         }
         seal(&fields, &mut self.payload)?;
-        Ok(self.payload)
+        Ok((self.payload, None))
     }
 }
 
