@@ -11,6 +11,11 @@ fn rec(value_len: usize, ts: i64) -> Record {
     Record::new(Some(b"k".to_vec()), Some(vec![b'v'; value_len]), ts)
 }
 
+/// Decodes a drained batch (records of up to 1 MiB).
+fn decode(bytes: &[u8]) -> Result<sluice_protocol::record::codec::DecodedBatch> {
+    decode_batch(bytes, 1 << 20).map_err(|e| ClientError::Protocol(e.to_string()))
+}
+
 fn appended(o: AppendOutcome) -> (RecordHandle, usize, bool, bool) {
     match o {
         AppendOutcome::Appended {
@@ -96,8 +101,7 @@ fn batch_size_closes_batches() -> Result<()> {
         assert!(w[0].id < w[1].id);
     }
     for b in &drained {
-        let decoded =
-            decode_batch(&b.bytes, 1 << 20).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let decoded = decode(&b.bytes)?;
         for (i, r) in decoded.records.iter().enumerate() {
             let h = ids[total + i];
             assert_eq!((h.batch_id, h.index as usize), (b.id, i));
@@ -184,8 +188,7 @@ fn every_codec_round_trips() -> Result<()> {
         appended(acc.append(&tp(1), rec(3, 78), 0)?);
         let b = acc.drain(5)?;
         assert_eq!(b.len(), 1);
-        let d =
-            decode_batch(&b[0].bytes, 1 << 20).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let d = decode(&b[0].bytes)?;
         assert_eq!(d.header.compression().ok(), Some(c));
         assert_eq!(d.records.len(), 2);
         assert_eq!(d.records[0].record.value, r.value);
@@ -373,8 +376,7 @@ fn a_batch_buffer_is_reused_once_the_last_request_lets_go_of_it() -> Result<()> 
     let third = drain_all(&mut acc, &tp(0))?.remove(0);
     assert_eq!(third.bytes.as_ptr(), first_ptr);
     assert_eq!(acc.pool.free(), 0);
-    let decoded =
-        decode_batch(&third.bytes, 1 << 20).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let decoded = decode(&third.bytes)?;
     assert_eq!(decoded.header.records_count, 1);
     assert_eq!(
         decoded.records[0].record.value.as_deref(),
@@ -448,8 +450,7 @@ fn a_compressed_batch_gives_its_record_buffer_back_at_once() -> Result<()> {
     assert_eq!(acc.pool.free(), 1);
     appended(acc.append(&tp(0), rec(500, 2), 0)?);
     assert_eq!(acc.pool.free(), 0, "the next batch reuses it");
-    let decoded =
-        decode_batch(&batch.bytes, 1 << 20).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    let decoded = decode(&batch.bytes)?;
     assert_eq!(decoded.records.len(), 1);
     assert_eq!(
         decoded.records[0].record.value.as_deref(),
