@@ -31,3 +31,8 @@ def test_bench_runner_smoke():
     produce = [line for line in table if line.startswith("| produce |")]
     assert len(produce) == 16, produce
     assert all("rec/s" in line.split("|")[3] and "rec/s" in line.split("|")[4] for line in produce), produce
+    limits = [line.split("|")[2].strip() for line in table if line.startswith("| limits |")]
+    assert "loopback TCP, sendfile from the page cache" in limits, limits
+    # End-to-end latency at 5, 20 and 50 % of the peak, on one node and on three.
+    e2e = [line for line in table if "% of peak)" in line]
+    assert len(e2e) == 6, e2e
