@@ -18,7 +18,7 @@
 //! batch; records that fit the open batch reserve nothing more. The buffer
 //! is allocated with that capacity, so records are encoded into it once
 //! and never moved by a reallocation. Buffers of `batch.size` are reused
-//! once the last request holding a batch lets go of it ([`pool`]).
+//! once the last request holding a batch lets go of it (`accumulator/pool.rs`).
 //!
 //! Delivery timeouts: [`RecordAccumulator::expire`] removes batches older
 //! than `delivery.timeout.ms` (open, closed or waiting for a retry, muted
