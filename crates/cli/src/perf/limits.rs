@@ -148,15 +148,7 @@ pub fn loopback(args: &LoopbackArgs) -> anyhow::Result<()> {
         s.set_nodelay(true)?;
         match &source {
             Some(file) => file.send(&s, chunk)?,
-            None => {
-                let buf = pattern(chunk);
-                let mut left = total;
-                while left > 0 {
-                    let n = left.min(chunk as u64) as usize;
-                    s.write_all(&buf[..n]).context("write")?;
-                    left -= n as u64;
-                }
-            }
+            None => write_repeated(&mut s, &pattern(chunk), total).context("write")?,
         }
     }
     let got = reader
@@ -209,15 +201,8 @@ impl SourceFile {
             path,
             len,
         };
-        let buf = pattern(chunk as usize);
-        let mut left = len;
-        while left > 0 {
-            let n = left.min(chunk) as usize;
-            this.file
-                .write_all(&buf[..n])
-                .with_context(|| format!("writing {}", this.path.display()))?;
-            left -= n as u64;
-        }
+        write_repeated(&mut this.file, &pattern(chunk as usize), len)
+            .with_context(|| format!("writing {}", this.path.display()))?;
         Ok(this)
     }
 
@@ -288,18 +273,25 @@ fn write_file(path: &std::path::Path, args: &DiskArgs) -> anyhow::Result<f64> {
         .create_new(true)
         .open(path)
         .with_context(|| format!("cannot create {}", path.display()))?;
-    let mut left = args.bytes;
-    while left > 0 {
-        let n = left.min(args.chunk) as usize;
-        f.write_all(&buf[..n])
-            .with_context(|| format!("writing {}", path.display()))?;
-        left -= n as u64;
-    }
+    write_repeated(&mut f, &buf, args.bytes)
+        .with_context(|| format!("writing {}", path.display()))?;
     if args.fdatasync {
         f.sync_data()
             .with_context(|| format!("fdatasync {}", path.display()))?;
     }
     Ok(start.elapsed().as_secs_f64())
+}
+
+/// Writes `len` bytes: `buf` over and over, one `buf` (or what is left) per
+/// write.
+fn write_repeated(w: &mut impl Write, buf: &[u8], len: u64) -> std::io::Result<()> {
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        w.write_all(&buf[..n])?;
+        left -= n as u64;
+    }
+    Ok(())
 }
 
 /// Bytes that are not all zero (a file system may treat zeros specially).
