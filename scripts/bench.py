@@ -22,11 +22,13 @@ Measures, in this order, and prints one table:
   system, so that every run's page cache grows into warm memory (`warm`);
 - consume from the page cache (`sluice perf consume`, and librdkafka);
 - end-to-end latency percentiles (`sluice perf e2e`) at 5, 20 and 50 % of
-  the peak produce rate measured above (the target is set at 50 %);
+  the peak produce rate measured above (the target is set at 50 %), three
+  5-second runs at each, the run with the median p99 shown;
 - broker resident memory (VmRSS) before and after a --gb GB produce run;
 - on a local three-node cluster (tests/compat/cluster.py): produce with
   acks=all to a replication factor 3 topic (min.insync.replicas=2), both
-  clients, and end-to-end latency at 5, 20 and 50 % of that peak.
+  clients, and end-to-end latency at 5, 20 and 50 % of that peak (three
+  runs each, as on one node).
 
 Only delivered records count: `sluice perf` reports acknowledged ones, and
 the librdkafka producer counts delivery callbacks without an error. The
@@ -57,6 +59,11 @@ LINGER_MS = 5
 # End-to-end latency runs, as shares of the peak produce rate: the target
 # is set at 50 %; the lower ones show where the latency holds.
 E2E_SHARES = (0.05, 0.2, 0.5)
+# Runs per share, each on a new topic: one run's p99 moves by tens of
+# milliseconds with the VM's memory (docs/benchmarks.md), so the table
+# shows the run with the median p99 and lists every run's p99.
+E2E_RUNS = 3
+E2E_SECONDS = 5
 # Idle pause before the cold-memory write (the host reclaims free guest
 # memory after a few seconds).
 COLD_IDLE_S = 25
@@ -314,24 +321,33 @@ class Runner:
     def e2e(self, bootstrap, peak, section, shape, rf=1):
         """End-to-end latency at E2E_SHARES of the peak rate, lowest first:
         the target is the 50 % run; the lower rates show how far the
-        latency holds below it (each run on a new topic, after a warm-up)."""
+        latency holds below it. Each share runs E2E_RUNS times (once in
+        smoke mode), each on a new topic after a warm-up; the row shows
+        the run with the median p99."""
         for share in E2E_SHARES:
             rate = max(int((peak or 2000) * share), 100)
-            n = max(min(rate * (2 if self.smoke else 10), 2_000_000), 200)
-            topic = self.create_topic(bootstrap, 1, rf, ("min.insync.replicas=2",) if rf == 3 else ())
-            self.warm(n * 1024 * rf)
-            r = self.sluice("perf", "e2e", "--topic", topic, "--num-records", str(n), "--record-size", "1024",
-                            "--throughput", str(rate), "--acks", "1" if rf == 1 else "all",
-                            "--batch-size", str(BATCH_SIZE), "--json",
-                            "--bootstrap-server", bootstrap)
-            self.delete_topic(bootstrap, topic)
-            lat = r.get("latency_ms") or {}
+            n = max(min(rate * (2 if self.smoke else E2E_SECONDS), 2_000_000), 200)
+            runs = []
+            for _ in range(1 if self.smoke else E2E_RUNS):
+                topic = self.create_topic(bootstrap, 1, rf, ("min.insync.replicas=2",) if rf == 3 else ())
+                self.warm(n * 1024 * rf)
+                r = self.sluice("perf", "e2e", "--topic", topic, "--num-records", str(n), "--record-size", "1024",
+                                "--throughput", str(rate), "--acks", "1" if rf == 1 else "all",
+                                "--batch-size", str(BATCH_SIZE), "--json",
+                                "--bootstrap-server", bootstrap)
+                self.delete_topic(bootstrap, topic)
+                runs.append(r.get("latency_ms") or {})
+            nan = float("nan")
+            runs.sort(key=lambda lat: lat.get("p99") if lat.get("p99") is not None else nan)
+            lat = runs[len(runs) // 2]
             if share == 0.5:
                 self.e2e_p99[rf] = lat.get("p99")
-            nan = float("nan")
+            note = ""
+            if len(runs) > 1:
+                note = "p99 of each run: " + ", ".join(f"{x.get('p99') or nan:.2f}" for x in runs) + " ms"
             self.row(section, f"{shape}, {rate} rec/s ({100 * share:g}% of peak)",
                      f"p50 {lat.get('p50') or nan:.2f} p99 {lat.get('p99') or nan:.2f} "
-                     f"p99.9 {lat.get('p999') or nan:.2f} ms")
+                     f"p99.9 {lat.get('p999') or nan:.2f} ms", "", note)
 
     def memory(self, server):
         size = 1024
@@ -406,7 +422,8 @@ class Runner:
         for rf, limit in ((1, 1.0), (3, 5.0)):
             p99 = self.e2e_p99.get(rf)
             p99 = p99 if p99 is not None else nan
-            out.append((f"e2e p99 < {limit:g} ms at 50% of peak, rf={rf}", f"{p99:.2f} ms", p99 < limit))
+            runs = "" if self.smoke else f" (median of {E2E_RUNS} runs)"
+            out.append((f"e2e p99 < {limit:g} ms at 50% of peak, rf={rf}", f"{p99:.2f} ms{runs}", p99 < limit))
         if self.rss:
             before, after = self.rss
             out.append(("broker memory flat over the long run", f"RSS {before:.0f} -> {after:.0f} MiB",
