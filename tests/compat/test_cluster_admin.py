@@ -20,6 +20,7 @@ and confluent-kafka's AdminClient.
   unknown partition or topic is UNKNOWN_TOPIC_OR_PARTITION.
 - ListPartitionReassignments: none in progress (kafkajs moves partitions
   in tests/compat/test_kafkajs_reassign.py).
+- Creating the topic logs no error on the nodes that follow it.
 """
 import json
 import os
@@ -94,6 +95,11 @@ def test_kafka_python_3_drives_the_cluster_admin_apis(tmp_path):
         admin.create_topics([NewTopic(TOPIC, PARTITIONS, 3)])[TOPIC].result(30)
         cluster.wait_full_isr(TOPIC, PARTITIONS)
         ids = {n.id: n for n in cluster.nodes.values()}
+        # Creating a topic is routine on every node: the nodes that follow
+        # the change through the metadata log report no error for it (they
+        # logged one per partition they lead, found before its log).
+        for n in cluster.nodes.values():
+            assert "no log for a partition this node leads" not in n.log_path.read_text(errors="replace"), n.log()
 
         # DescribeQuorum: the three combined nodes vote, one leads; every
         # voter has fetched up to a high watermark past the first records.

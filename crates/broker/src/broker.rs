@@ -338,11 +338,26 @@ impl Broker {
     /// transaction coordinators' background tasks are woken to follow
     /// (load the internal partitions now led, unload the others).
     pub(crate) fn sync_partitions(&self) {
+        self.sync_partitions_with(false);
+    }
+
+    /// [`Broker::sync_partitions`] before the logs of new partitions are
+    /// created (the metadata follower lets go of removed partitions first,
+    /// then creates logs and syncs again): a led partition whose log does
+    /// not exist yet is left for that second sync, not reported.
+    pub(crate) fn sync_partitions_before_new_logs(&self) {
+        self.sync_partitions_with(true);
+    }
+
+    fn sync_partitions_with(&self, logs_pending: bool) {
         let image = self.image();
-        self.partitions
-            .sync(&image, self.node_id, self.lag_time_max_ms(), |tp| {
-                self.logs.get(tp)
-            });
+        self.partitions.sync(
+            &image,
+            self.node_id,
+            self.lag_time_max_ms(),
+            logs_pending,
+            |tp| self.logs.get(tp),
+        );
         self.groups.leadership_moved();
         self.txns.leadership_moved();
     }

@@ -119,8 +119,9 @@ impl Broker {
         }
         // The partition layer must let go of removed partitions before
         // new ones of the same name are created, and of partitions this
-        // node no longer leads before their logs go.
-        self.sync_partitions();
+        // node no longer leads before their logs go. New partitions get
+        // their logs below, and the last sync makes them led.
+        self.sync_partitions_before_new_logs();
         for t in next.topics() {
             let before = prev.topic_by_id(&t.id);
             let config = match self.log_config(t) {

@@ -477,12 +477,15 @@ impl Partitions {
     /// Brings the set of led partitions in line with `image`: new ones
     /// (with the log `log_of` gives them) become led, changed ones follow
     /// their new leader epoch and ISR, removed ones are dropped (their acks=all
-    /// waiters answer NOT_LEADER_OR_FOLLOWER).
+    /// waiters answer NOT_LEADER_OR_FOLLOWER). A led partition without a
+    /// log is an error unless `logs_pending` (the caller creates the logs
+    /// of new partitions after this sync, and syncs again).
     pub(crate) fn sync(
         &self,
         image: &MetadataImage,
         node_id: i32,
         lag_time_max_ms: u64,
+        logs_pending: bool,
         log_of: impl Fn(&TopicPartition) -> Option<Arc<Log>>,
     ) {
         let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
@@ -503,7 +506,9 @@ impl Partitions {
                     None => {
                         let tp = TopicPartition::new(t.name.clone(), p);
                         let Some(log) = log_of(&tp) else {
-                            tracing::error!(partition = %tp, "no log for a partition this node leads");
+                            if !logs_pending {
+                                tracing::error!(partition = %tp, "no log for a partition this node leads");
+                            }
                             continue;
                         };
                         Arc::new(Partition::new(tp, log, state, node_id, lag_time_max_ms))

@@ -268,7 +268,7 @@ async fn acks_all_waiters_answer_not_leader_when_the_leadership_moves() {
     });
     broker
         .partitions
-        .sync(&image, me, 30_000, |tp| broker.logs.get(tp));
+        .sync(&image, me, 30_000, false, |tp| broker.logs.get(tp));
     assert!(broker.partitions.get("t", 0).is_none());
     assert_eq!(
         waiter.await.expect("waiter"),
