@@ -338,7 +338,9 @@ class Runner:
                 self.delete_topic(bootstrap, topic)
                 runs.append(dict(r.get("latency_ms") or {}, rate=r.get("records_per_sec")))
             nan = float("nan")
-            runs.sort(key=lambda lat: lat.get("p99") if lat.get("p99") is not None else nan)
+            # A run without a p99 sorts last (a NaN key would leave the
+            # order undefined).
+            runs.sort(key=lambda lat: lat.get("p99") if lat.get("p99") is not None else float("inf"))
             lat = runs[len(runs) // 2]
             if share == 0.5:
                 self.e2e_p99[rf] = lat.get("p99")
