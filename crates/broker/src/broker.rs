@@ -81,6 +81,12 @@ pub struct Broker {
     /// may be fenced out of (Kafka starts its fetchers only after the
     /// broker registered).
     pub(crate) registered: std::sync::atomic::AtomicBool,
+    /// Counts the metadata images the data folder has followed (logs
+    /// created and deleted, leadership synced): the replica fetchers wake
+    /// on it, so a partition this node starts to follow joins the next
+    /// fetch at once rather than after a poll interval or an idle fetch's
+    /// `replica.fetch.wait.max.ms`.
+    pub(crate) images_followed: tokio::sync::watch::Sender<u64>,
     /// Replication throttles (leader and follower side).
     pub(crate) quotas: crate::replication::throttle::ReplicationQuotas,
 }
@@ -172,6 +178,7 @@ impl Broker {
             producer_ids: Default::default(),
             txns,
             registered: std::sync::atomic::AtomicBool::new(false),
+            images_followed: tokio::sync::watch::Sender::new(0),
             quotas,
         });
         broker.reconcile_logs()?;

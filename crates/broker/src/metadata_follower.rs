@@ -83,6 +83,8 @@ pub(crate) fn register(broker: &Arc<Broker>) {
                 Ok(Ok(_)) => {
                     b.registered
                         .store(true, std::sync::atomic::Ordering::Release);
+                    // The replica fetchers wait for the registration.
+                    b.images_followed.send_modify(|n| *n = n.wrapping_add(1));
                     tracing::info!("registered with the metadata quorum");
                     return;
                 }
@@ -165,6 +167,7 @@ impl Broker {
             }
         }
         self.sync_partitions();
+        self.images_followed.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 

@@ -12,7 +12,9 @@ use sluice_storage::{AppendOrigin, Log, ReadLimit, TopicPartition};
 use super::fetcher::PAUSED;
 use crate::broker::Broker;
 use crate::partition::{Acks, AppendError};
-use crate::test_quorum::{cluster, eventually, node, one_cluster_at_a_time, start, Node};
+use crate::test_quorum::{
+    cluster, cluster_with, eventually, node, one_cluster_at_a_time, start, Node,
+};
 
 pub(crate) fn batch(value: &str) -> Vec<u8> {
     let mut b = BatchBuilder::new(Compression::None, 1);
@@ -370,5 +372,51 @@ async fn a_deposed_leader_truncates_what_the_new_leader_does_not_have() {
     drop((leader, leader_log, survivor, back, back_log));
     for n in nodes.into_iter().flatten() {
         n.stop().await;
+    }
+}
+
+/// A partition a node starts to follow while its fetch from that leader
+/// waits at the leader (idle partitions, a long
+/// `replica.fetch.wait.max.ms`) joins a fetch at once: acks=all on a new
+/// topic does not wait for the idle fetch to run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_partition_does_not_wait_for_an_idle_replica_fetch() {
+    let _cluster = one_cluster_at_a_time().await;
+    // The idle fetches would wait a minute; the produce below gives up
+    // after 10 s.
+    let (nodes, _dirs) = cluster_with(
+        120_000,
+        &[
+            ("replica.lag.time.max.ms", "120000"),
+            ("replica.fetch.wait.max.ms", "60000"),
+        ],
+    )
+    .await;
+    // Every node leads a partition of `idle` and follows the other two:
+    // each node fetches from both others, and those fetches wait.
+    let creator = node(&nodes, 1);
+    let idle = tokio::task::spawn_blocking(move || creator.create_topic("idle", 3, 3, &[], false))
+        .await
+        .expect("task")
+        .expect("topic");
+    let mut leaders: Vec<i32> = idle.partitions.values().map(|p| p.leader).collect();
+    leaders.sort_unstable();
+    assert_eq!(leaders, vec![1, 2, 3], "one partition led by each node");
+    for id in 1..=3 {
+        let n = node(&nodes, id);
+        eventually("the idle topic's logs", || {
+            (0..3).all(|p| n.logs.get(&TopicPartition::new("idle", p)).is_some())
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let state = create_r(&nodes).await;
+    let leader = node(&nodes, state.leader);
+    let end = produce(&leader, "first")
+        .await
+        .expect("acks=all without waiting for the idle fetches");
+    for f in state.replicas.iter().filter(|&&r| r != state.leader) {
+        assert!(log_of(&node(&nodes, *f)).log_end_offset() >= end);
     }
 }

@@ -57,6 +57,9 @@ const MAX_TRUNCATION_ROUNDS: usize = 16;
 /// Starts and stops the fetcher tasks until `stop` turns true.
 pub(crate) async fn run(broker: Weak<Broker>, mut stop: watch::Receiver<bool>) {
     let mut tasks: HashMap<i32, tokio::task::JoinHandle<()>> = HashMap::new();
+    let Some(mut followed) = broker.upgrade().map(|b| b.images_followed.subscribe()) else {
+        return;
+    };
     loop {
         if *stop.borrow() {
             break;
@@ -74,8 +77,11 @@ pub(crate) async fn run(broker: Weak<Broker>, mut stop: watch::Receiver<bool>) {
             }
         }
         drop(b);
+        // A new leader to follow usually comes with a followed image (or
+        // the registration); the poll is the fallback.
         tokio::select! {
             _ = stop.changed() => {}
+            () = image_followed(&mut followed) => {}
             () = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
     }
@@ -153,6 +159,9 @@ fn paused(b: &Broker) -> bool {
 /// Fetches from `leader` for as long as it leads partitions this node
 /// follows.
 async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<bool>) {
+    let Some(mut followed) = broker.upgrade().map(|b| b.images_followed.subscribe()) else {
+        return;
+    };
     let mut conn: Option<Conn> = None;
     // The leader epoch each partition is fetched in.
     let mut truncated: BTreeMap<(String, i32), i32> = BTreeMap::new();
@@ -175,29 +184,13 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
             continue;
         }
         let image = b.image();
-        let mut parts = followed_from(&image, b.node_id, leader);
-        if parts.is_empty() {
+        let Some((parts, offline)) = fetchable(&b, &image, leader) else {
             tracing::info!(
                 leader,
                 "no partitions left to follow; replica fetcher stops"
             );
             return;
-        }
-        // A replica a reassignment just added gets its log from the
-        // metadata follower; until then it is not fetched. A log in an
-        // offline folder is not fetched at all (Kafka removes its
-        // fetcher): it cannot append, and its fetch offset would tell the
-        // leader it is still caught up, keeping it in (or bringing it back
-        // into) the ISR.
-        let mut offline = 0usize;
-        parts.retain(|p| match log_of(&b, &p.topic, p.partition) {
-            Ok(log) if log.is_offline() => {
-                offline += 1;
-                false
-            }
-            Ok(_) => true,
-            Err(_) => false,
-        });
+        };
         if parts.is_empty() {
             drop(b);
             let wait = if offline > 0 {
@@ -246,9 +239,28 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
                 // Nothing to fetch now (truncation pending, partitions the
                 // leader refused, or every partition held back by the
                 // follower throttle): back off rather than spin.
-                return Ok(true);
+                return Ok(Step::BackOff);
             }
-            let resp = fetch(&b, c, &ready).await?;
+            // A fetch of partitions without traffic waits at the leader
+            // for up to `replica.fetch.wait.max.ms`; a partition this node
+            // starts to follow meanwhile (a new topic, a new leader epoch)
+            // must not wait for it. The fetch is abandoned with its
+            // connection (its answer would arrive on it) and sent again;
+            // nothing was applied from it.
+            // Partitions left out of this fetch (refused, to truncate,
+            // throttled) are looked at again after the backoff: the fetch
+            // waits no longer than that at the leader.
+            let mut max_wait_ms = b.settings.replica_fetch_wait_max_ms.max(0);
+            if ready.len() < parts.len() {
+                max_wait_ms =
+                    max_wait_ms.min(i32::try_from(backoff.as_millis()).unwrap_or(i32::MAX));
+            }
+            let resp = tokio::select! {
+                r = fetch(&b, c, &ready, max_wait_ms) => r?,
+                () = fetchable_changed(&b, &mut followed, leader, &parts) => {
+                    return Ok(Step::Refetch);
+                }
+            };
             let b2 = Arc::clone(&b);
             let (redo, refused) = tokio::task::spawn_blocking(move || apply(&b2, resp))
                 .await
@@ -261,7 +273,11 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
             for key in refused {
                 delayed.insert(key, until);
             }
-            Ok(!redo.is_empty())
+            Ok(if redo.is_empty() {
+                Step::Fetched
+            } else {
+                Step::BackOff
+            })
         };
         let outcome = tokio::select! {
             r = result => r,
@@ -269,14 +285,86 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
         };
         drop(b);
         match outcome {
-            Ok(false) => {}
-            Ok(true) => tokio::time::sleep(backoff.min(Duration::from_millis(100))).await,
+            Ok(Step::Fetched) => {}
+            Ok(Step::Refetch) => {
+                tracing::debug!(leader, "the partitions to fetch changed; fetching again");
+                conn = None;
+            }
+            Ok(Step::BackOff) => tokio::time::sleep(backoff.min(Duration::from_millis(100))).await,
             Err(e) => {
                 tracing::debug!(leader, error = %e, "replica fetch failed; retrying");
                 conn = None;
                 tokio::time::sleep(backoff).await;
             }
         }
+    }
+}
+
+/// What one round of `fetch_from` ended with.
+enum Step {
+    /// A fetch answered and was applied.
+    Fetched,
+    /// Nothing could be fetched, or partitions must be truncated first:
+    /// wait a little.
+    BackOff,
+    /// The partitions to fetch changed while a fetch waited: send a new
+    /// one now.
+    Refetch,
+}
+
+/// The partitions led by `leader` that this node follows and can fetch,
+/// and how many more it follows in an offline folder; `None` when it
+/// follows none of `leader`'s partitions any more.
+///
+/// A replica a reassignment just added gets its log from the metadata
+/// follower; until then it is not fetched. A log in an offline folder is
+/// not fetched at all (Kafka removes its fetcher): it cannot append, and
+/// its fetch offset would tell the leader it is still caught up, keeping
+/// it in (or bringing it back into) the ISR.
+fn fetchable(b: &Broker, image: &MetadataImage, leader: i32) -> Option<(Vec<Followed>, usize)> {
+    let mut parts = followed_from(image, b.node_id, leader);
+    if parts.is_empty() {
+        return None;
+    }
+    let mut offline = 0usize;
+    parts.retain(|p| match log_of(b, &p.topic, p.partition) {
+        Ok(log) if log.is_offline() => {
+            offline += 1;
+            false
+        }
+        Ok(_) => true,
+        Err(_) => false,
+    });
+    Some((parts, offline))
+}
+
+/// Resolves once the data folder has followed a metadata image in which
+/// the partitions of `leader` this node can fetch (or their leader epochs)
+/// differ from `fetching`.
+async fn fetchable_changed(
+    b: &Broker,
+    followed: &mut watch::Receiver<u64>,
+    leader: i32,
+    fetching: &[Followed],
+) {
+    let key = |p: &Followed| (p.topic.clone(), p.partition, p.leader_epoch);
+    let before: BTreeSet<_> = fetching.iter().map(key).collect();
+    loop {
+        image_followed(followed).await;
+        let now: BTreeSet<_> = fetchable(b, &b.image(), leader)
+            .map(|(parts, _)| parts.iter().map(key).collect())
+            .unwrap_or_default();
+        if now != before {
+            return;
+        }
+    }
+}
+
+/// Resolves when the data folder has followed another metadata image;
+/// never once the broker is gone.
+async fn image_followed(followed: &mut watch::Receiver<u64>) {
+    if followed.changed().await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -361,12 +449,18 @@ async fn truncate(b: &Arc<Broker>, c: &mut Conn, p: &Followed) -> Result<bool, S
     Ok(false)
 }
 
-/// One Fetch for the `ready` partitions, from each one's log end.
-async fn fetch(b: &Broker, c: &mut Conn, ready: &[&Followed]) -> Result<FetchResponse, String> {
+/// One Fetch for the `ready` partitions, from each one's log end, waiting
+/// at most `max_wait_ms` at the leader for records.
+async fn fetch(
+    b: &Broker,
+    c: &mut Conn,
+    ready: &[&Followed],
+    max_wait_ms: i32,
+) -> Result<FetchResponse, String> {
     let s = &b.settings;
     let mut req = FetchRequest::default();
     req.replica_id = BrokerId(b.node_id);
-    req.max_wait_ms = s.replica_fetch_wait_max_ms.max(0);
+    req.max_wait_ms = max_wait_ms;
     req.min_bytes = 1;
     req.max_bytes = i32::MAX;
     req.isolation_level = 0;
