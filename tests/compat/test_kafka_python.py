@@ -213,7 +213,10 @@ def test_admin_delete_topics(server):
     r = a.delete_topics(["doomed"])
     assert [e for _, e in r.topic_error_codes] == [0], r
     assert "doomed" not in a.list_topics()
-    assert not any(p.name.startswith("doomed-") for p in server.data_dir.iterdir())
+    # Each partition folder is renamed `<tp>.<id>-delete` at once and
+    # removed after log.segment.delete.delay.ms (60 s), as Kafka does.
+    left = [p.name for p in server.data_dir.iterdir() if p.name.startswith("doomed-")]
+    assert all(n.endswith("-delete") for n in left), left
     with pytest.raises(UnknownTopicOrPartitionError):
         a.delete_topics(["doomed"])
     # The name can be used again, and starts empty.

@@ -93,8 +93,19 @@ fn partitions_spread_over_folders_and_are_found_after_a_restart() {
         assert_eq!(m.dir_index_of(&log), Some(usize::from(p % 2 == 1)));
         assert_eq!(log.dir().parent(), Some(expected));
     }
-    // Deletion and retention work in any folder.
+    // Deletion and retention work in any folder. The deleted folder is
+    // renamed at once and removed after file.delete.delay.ms.
     assert!(m.delete(&tp("t", 1)).expect("delete"));
+    let pending = m.pending_deletions();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].parent(), Some(b.path()));
+    assert!(pending[0].to_string_lossy().ends_with("-delete"));
+    assert_eq!(partitions_in(b.path()).len(), 2, "t-3 and t-1 renamed");
+    m.delete_expired_files();
+    assert!(pending[0].exists(), "kept until the delay passed");
+    clock.advance(LogConfig::default().file_delete_delay_ms);
+    m.delete_expired_files();
+    assert!(m.pending_deletions().is_empty());
     assert_eq!(partitions_in(b.path()), vec!["t-3"]);
     let log = m.get(&tp("t", 3)).expect("log");
     log.advance_log_start_offset(20).expect("delete records");
@@ -148,6 +159,10 @@ fn a_move_keeps_the_data_and_survives_a_restart() {
     assert!(m.moves().is_empty());
     assert_eq!(m.dir_index_of(&new), Some(1));
     assert!(Arc::ptr_eq(&new, &m.get(&tp("t", 0)).expect("log")));
+    // The old folder goes after file.delete.delay.ms.
+    assert_eq!(m.pending_deletions().len(), 1);
+    clock.advance(LogConfig::default().file_delete_delay_ms);
+    m.delete_expired_files();
     assert_eq!(partitions_in(a.path()), Vec::<String>::new());
     assert_eq!(partitions_in(b.path()), vec!["t-0"]);
     assert_eq!(new.log_start_offset(), 10);
@@ -178,8 +193,15 @@ fn a_move_keeps_the_data_and_survives_a_restart() {
         MoveOutcome::Moved(_)
     ));
     m.shutdown().expect("shutdown");
+    drop(m);
     assert_eq!(partitions_in(a.path()), vec!["t-0"]);
+    // The old folder was still waiting for file.delete.delay.ms: the next
+    // start removes it.
+    let left = partitions_in(b.path());
+    assert!(left.len() == 1 && left[0].ends_with("-delete"), "{left:?}");
+    let m = LogManager::open(config2(&[a.path(), b.path()], &clock)).expect("reopen");
     assert_eq!(partitions_in(b.path()), Vec::<String>::new());
+    assert_eq!(m.get(&tp("t", 0)).expect("log").log_end_offset(), 41);
 }
 
 #[test]

@@ -358,8 +358,8 @@ impl LogManager {
         logs.insert(tp.clone(), Arc::clone(&new));
         drop(logs);
         tracing::info!(partition = %tp, from = %src_parent.display(), to = %dest_dir.display(), "moved a partition between data folders");
-        if let Err(e) = std::fs::remove_dir_all(&doomed) {
-            tracing::warn!(path = %doomed.display(), error = %e, "removing the moved partition's old folder failed (it goes at the next start)");
+        if let Err(e) = self.doom(doomed) {
+            tracing::warn!(error = %e, "removing the moved partition's old folder failed (it goes at the next start)");
         }
         Ok(new)
     }
