@@ -15,6 +15,13 @@ use sluice_storage::TopicPartition;
 
 use crate::broker::Broker;
 
+/// Brokers (by advertised port, unique in a test process) whose data
+/// folders do not follow new images until released (tests: a node that
+/// applies a committed image later than the others).
+#[cfg(test)]
+pub(crate) static HELD: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
 /// Starts following the quorum's applied image (nothing on a single node).
 pub(crate) fn spawn(broker: &Arc<Broker>) {
     let Some(quorum) = broker.metadata.quorum() else {
@@ -34,6 +41,14 @@ pub(crate) fn spawn(broker: &Arc<Broker>) {
                 continue;
             }
             let Some(b) = weak.upgrade() else { break };
+            #[cfg(test)]
+            while HELD
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&b.advertised.port)
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
             let prev = std::mem::replace(&mut last, Arc::clone(&next));
             let done = tokio::task::spawn_blocking(move || b.follow_image(&prev, &next)).await;
             if let Err(e) = done {

@@ -152,6 +152,9 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Res
     let wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
     let deadline = tokio::time::Instant::now() + wait;
     let parts = fctx.partitions();
+    if follower {
+        wait_until_led(broker, parts, deadline).await;
+    }
     // Parked on the requested partitions once a read falls short of
     // min_bytes; their appends wake it (the partition layer's wake-ups).
     let waker = Arc::new(tokio::sync::Notify::new());
@@ -212,6 +215,58 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Res
         }
     }
     encode(ctx, resp, regions)
+}
+
+/// A follower's fetch can reach this node before this node has applied
+/// the metadata image that makes it the partition's leader: both apply
+/// the same committed image, each at its own pace (a new topic, a new
+/// leader epoch). Refused, the partition would wait out the follower's
+/// `replica.fetch.backoff.ms` (a second by default) and hold back the high
+/// watermark meanwhile. Instead the fetch waits, within its own
+/// `max_wait_ms`, until this node's data folder has followed that image;
+/// whatever is still not led then is refused as before.
+async fn wait_until_led(
+    broker: &Broker,
+    parts: &[PartitionRequest],
+    deadline: tokio::time::Instant,
+) {
+    let mut followed = broker.images_followed.subscribe();
+    while becoming_leader(broker, parts) {
+        tokio::select! {
+            r = followed.changed() => {
+                if r.is_err() {
+                    return;
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => return,
+        }
+    }
+}
+
+/// Whether the committed metadata makes this node the leader of one of
+/// `parts` (at the epoch the fetch names, or a later one) that its
+/// partition layer does not lead yet at that epoch.
+fn becoming_leader(broker: &Broker, parts: &[PartitionRequest]) -> bool {
+    if broker.metadata.quorum().is_none() {
+        return false;
+    }
+    let image = broker.image();
+    parts.iter().any(|p| {
+        let topic = match &p.key.topic {
+            TopicKey::Name(n) => image.topic(n),
+            TopicKey::Id(id) => image.topics().find(|t| t.id == *id),
+        };
+        let Some(t) = topic else { return false };
+        let Some(state) = t.partitions.get(&p.key.partition) else {
+            return false;
+        };
+        state.leader == broker.node_id
+            && state.leader_epoch >= p.current_leader_epoch
+            && broker
+                .partitions
+                .get(&t.name, p.key.partition)
+                .is_none_or(|led| led.leader_epoch() < state.leader_epoch)
+    })
 }
 
 /// KIP-951: a partition refused as not led here names its leader (v12+),

@@ -420,3 +420,102 @@ async fn a_new_partition_does_not_wait_for_an_idle_replica_fetch() {
         assert!(log_of(&node(&nodes, *f)).log_end_offset() >= end);
     }
 }
+
+/// A follower's fetch that reaches the new leader before that node has
+/// applied the image making it the leader waits there (within the fetch's
+/// max wait) rather than being refused: a refusal would hold the partition
+/// back for `replica.fetch.backoff.ms` on the follower, and acks=all with
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fetch_reaching_a_leader_behind_on_metadata_waits_instead_of_backing_off() {
+    use crate::metadata_follower::HELD;
+    let _cluster = one_cluster_at_a_time().await;
+    // A refused partition would wait a minute; the produce below gives up
+    // after 10 s.
+    let (nodes, _dirs) = cluster_with(
+        120_000,
+        &[
+            ("replica.lag.time.max.ms", "120000"),
+            ("replica.fetch.wait.max.ms", "5000"),
+            ("replica.fetch.backoff.ms", "60000"),
+        ],
+    )
+    .await;
+    let port = |id: i32| node(&nodes, id).advertised.port;
+    let hold = |ids: &[i32], held: bool| {
+        let mut set = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        for &id in ids {
+            if held {
+                set.insert(port(id));
+            } else {
+                set.remove(&port(id));
+            }
+        }
+    };
+    // Every node holds the image that creates the topic; the followers
+    // then apply it and fetch while the leader still holds it. The
+    // creating node (2) applies its own creation at once, so it must not
+    // lead: topics are created until one is led by another node.
+    let creator = 2;
+    let mut created = None;
+    for i in 0..20 {
+        let name = format!("r{i}");
+        hold(&[1, 2, 3], true);
+        let n = node(&nodes, creator);
+        let topic_name = name.clone();
+        let topic = tokio::task::spawn_blocking(move || {
+            n.create_topic(
+                &topic_name,
+                1,
+                3,
+                &[("min.insync.replicas".into(), "2".into())],
+                false,
+            )
+        })
+        .await
+        .expect("task")
+        .expect("topic");
+        let state = topic.partitions[&0].clone();
+        if state.leader != creator {
+            created = Some((name, state));
+            break;
+        }
+        hold(&[1, 2, 3], false);
+    }
+    let (name, state) = created.expect("a topic led by another node than its creator");
+    let tp = TopicPartition::new(&name, 0);
+    let leader = node(&nodes, state.leader);
+    let followers: Vec<i32> = state
+        .replicas
+        .iter()
+        .copied()
+        .filter(|&r| r != state.leader)
+        .collect();
+    hold(&followers, false);
+    for &f in &followers {
+        let n = node(&nodes, f);
+        eventually("the follower's log", || n.logs.get(&tp).is_some()).await;
+    }
+    // Their fetches reach the leader before it leads.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        leader.partition(&name, 0).is_none(),
+        "the leader still holds the image"
+    );
+    hold(&[state.leader], false);
+    eventually("the leader leads", || leader.partition(&name, 0).is_some()).await;
+    let p = leader.partition(&name, 0).expect("led");
+    let info = p
+        .append(batch("first"), AppendOrigin::Client, Acks::All)
+        .await
+        .unwrap_or_else(|_| panic!("append"));
+    let end = info.last_offset + 1;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    p.wait_replicated(end, deadline)
+        .await
+        .expect("acks=all without a follower backing off");
+    for &f in &followers {
+        let log = node(&nodes, f).logs.get(&tp).expect("log");
+        assert!(log.log_end_offset() >= end);
+    }
+}
