@@ -217,56 +217,90 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Res
     encode(ctx, resp, regions)
 }
 
+/// How long a follower's fetch waits for this node's metadata when it
+/// names a partition this node does not know: its topic may be new (this
+/// node has not applied the creation yet) or deleted (the follower has not
+/// applied the deletion yet). Short, so a deletion costs the follower's
+/// other partitions in the same fetch little.
+const UNKNOWN_PARTITION_WAIT: Duration = Duration::from_millis(100);
+
 /// A follower's fetch can reach this node before this node has applied
-/// the metadata image that makes it the partition's leader: both apply
-/// the same committed image, each at its own pace (a new topic, a new
-/// leader epoch). Refused, the partition would wait out the follower's
+/// the metadata image that makes it the partition's leader: every node
+/// applies the same committed image, each at its own pace (a new topic, a
+/// new leader epoch). Refused, the partition would wait out the follower's
 /// `replica.fetch.backoff.ms` (a second by default) and hold back the high
 /// watermark meanwhile. Instead the fetch waits, within its own
-/// `max_wait_ms`, until this node's data folder has followed that image;
-/// whatever is still not led then is refused as before.
+/// `max_wait_ms`, until this node's data folder has followed an image
+/// that settles it (see [`metadata_pending`]); whatever is still not led
+/// then is refused as before.
 async fn wait_until_led(
     broker: &Broker,
     parts: &[PartitionRequest],
     deadline: tokio::time::Instant,
 ) {
     let mut followed = broker.images_followed.subscribe();
-    while becoming_leader(broker, parts) {
+    let unknown_deadline = (tokio::time::Instant::now() + UNKNOWN_PARTITION_WAIT).min(deadline);
+    loop {
+        let until = match metadata_pending(broker, parts) {
+            None => return,
+            Some(Pending::Behind) => deadline,
+            Some(Pending::Unknown) => unknown_deadline,
+        };
         tokio::select! {
             r = followed.changed() => {
                 if r.is_err() {
                     return;
                 }
             }
-            () = tokio::time::sleep_until(deadline) => return,
+            () = tokio::time::sleep_until(until) => return,
         }
     }
 }
 
-/// Whether the committed metadata makes this node the leader of one of
-/// `parts` (at the epoch the fetch names, or a later one) that its
-/// partition layer does not lead yet at that epoch.
-fn becoming_leader(broker: &Broker, parts: &[PartitionRequest]) -> bool {
-    if broker.metadata.quorum().is_none() {
-        return false;
-    }
+/// Why a follower's fetch waits for this node's metadata.
+enum Pending {
+    /// This node's metadata or partition layer is behind what the fetch
+    /// names: the committed image makes this node the leader and its
+    /// partition layer does not lead yet, or the fetch names a newer
+    /// leader epoch than this node's image has.
+    Behind,
+    /// A partition this node's image does not have.
+    Unknown,
+}
+
+fn metadata_pending(broker: &Broker, parts: &[PartitionRequest]) -> Option<Pending> {
+    broker.metadata.quorum()?;
     let image = broker.image();
-    parts.iter().any(|p| {
+    let mut unknown = false;
+    for p in parts {
         let topic = match &p.key.topic {
             TopicKey::Name(n) => image.topic(n),
             TopicKey::Id(id) => image.topics().find(|t| t.id == *id),
         };
-        let Some(t) = topic else { return false };
-        let Some(state) = t.partitions.get(&p.key.partition) else {
-            return false;
+        let Some((t, state)) =
+            topic.and_then(|t| t.partitions.get(&p.key.partition).map(|s| (t, s)))
+        else {
+            unknown = true;
+            continue;
         };
-        state.leader == broker.node_id
-            && state.leader_epoch >= p.current_leader_epoch
+        // (A log in an offline folder is never led here: not waited for.)
+        let not_led_yet = state.leader == broker.node_id
             && broker
                 .partitions
                 .get(&t.name, p.key.partition)
                 .is_none_or(|led| led.leader_epoch() < state.leader_epoch)
-    })
+            && !broker
+                .logs
+                .get(&sluice_storage::TopicPartition::new(
+                    &t.name,
+                    p.key.partition,
+                ))
+                .is_some_and(|log| log.is_offline());
+        if state.leader_epoch < p.current_leader_epoch || not_led_yet {
+            return Some(Pending::Behind);
+        }
+    }
+    unknown.then_some(Pending::Unknown)
 }
 
 /// KIP-951: a partition refused as not led here names its leader (v12+),
