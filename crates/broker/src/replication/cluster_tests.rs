@@ -80,10 +80,22 @@ pub(crate) async fn produce(leader: &Broker, value: &str) -> Result<i64, Respons
 
 /// Topic `r`: one partition, replication factor 3, min.insync.replicas 2.
 pub(crate) async fn create_r(nodes: &[Option<Node>]) -> sluice_controller::PartitionImage {
-    let creator = node(nodes, 2);
+    let state = create_rf3(node(nodes, 2), "r").await;
+    let leader = node(nodes, state.leader);
+    eventually("the leader leads", || leader.partition("r", 0).is_some()).await;
+    state
+}
+
+/// Creates topic `name` through `creator`: one partition, replication
+/// factor 3, min.insync.replicas 2. Returns the partition's state.
+pub(crate) async fn create_rf3(
+    creator: Arc<Broker>,
+    name: &str,
+) -> sluice_controller::PartitionImage {
+    let name = name.to_string();
     let topic = tokio::task::spawn_blocking(move || {
         creator.create_topic(
-            "r",
+            &name,
             1,
             3,
             &[("min.insync.replicas".into(), "2".into())],
@@ -93,10 +105,7 @@ pub(crate) async fn create_r(nodes: &[Option<Node>]) -> sluice_controller::Parti
     .await
     .expect("task")
     .expect("topic");
-    let state = topic.partitions[&0].clone();
-    let leader = node(nodes, state.leader);
-    eventually("the leader leads", || leader.partition("r", 0).is_some()).await;
-    state
+    topic.partitions[&0].clone()
 }
 
 /// Pauses or resumes node `id`'s replica fetchers.
@@ -384,14 +393,7 @@ async fn a_new_partition_does_not_wait_for_an_idle_replica_fetch() {
     let _cluster = one_cluster_at_a_time().await;
     // The idle fetches would wait a minute; the produce below gives up
     // after 10 s.
-    let (nodes, _dirs) = cluster_with(
-        120_000,
-        &[
-            ("replica.lag.time.max.ms", "120000"),
-            ("replica.fetch.wait.max.ms", "60000"),
-        ],
-    )
-    .await;
+    let (nodes, _dirs) = cluster_with(120_000, &[("replica.fetch.wait.max.ms", "60000")]).await;
     // Every node leads a partition of `idle` and follows the other two:
     // each node fetches from both others, and those fetches wait.
     let creator = node(&nodes, 1);
@@ -435,7 +437,6 @@ async fn a_fetch_reaching_a_leader_behind_on_metadata_waits_instead_of_backing_o
     let (nodes, _dirs) = cluster_with(
         120_000,
         &[
-            ("replica.lag.time.max.ms", "120000"),
             ("replica.fetch.wait.max.ms", "5000"),
             ("replica.fetch.backoff.ms", "60000"),
         ],
@@ -461,21 +462,7 @@ async fn a_fetch_reaching_a_leader_behind_on_metadata_waits_instead_of_backing_o
     for i in 0..20 {
         let name = format!("r{i}");
         hold(&[1, 2, 3], true);
-        let n = node(&nodes, creator);
-        let topic_name = name.clone();
-        let topic = tokio::task::spawn_blocking(move || {
-            n.create_topic(
-                &topic_name,
-                1,
-                3,
-                &[("min.insync.replicas".into(), "2".into())],
-                false,
-            )
-        })
-        .await
-        .expect("task")
-        .expect("topic");
-        let state = topic.partitions[&0].clone();
+        let state = create_rf3(node(&nodes, creator), &name).await;
         if state.leader != creator {
             created = Some((name, state));
             break;
