@@ -87,6 +87,10 @@ pub struct Broker {
     /// fetch at once rather than after a poll interval or an idle fetch's
     /// `replica.fetch.wait.max.ms`.
     pub(crate) images_followed: tokio::sync::watch::Sender<u64>,
+    /// The last metadata image the data folder has followed (`None`
+    /// before the metadata follower starts: the image the start reconciled
+    /// the folder with).
+    pub(crate) image_followed: std::sync::RwLock<Option<Arc<MetadataImage>>>,
     /// Replication throttles (leader and follower side).
     pub(crate) quotas: crate::replication::throttle::ReplicationQuotas,
 }
@@ -179,6 +183,7 @@ impl Broker {
             txns,
             registered: std::sync::atomic::AtomicBool::new(false),
             images_followed: tokio::sync::watch::Sender::new(0),
+            image_followed: std::sync::RwLock::new(None),
             quotas,
         });
         broker.reconcile_logs()?;

@@ -63,6 +63,22 @@ impl Conn {
         version: i16,
         body: &Req,
     ) -> Result<Resp, String> {
+        self.call_unless(key, version, body, std::future::pending())
+            .await?
+            .ok_or_else(|| "request given up".to_string())
+    }
+
+    /// [`Self::call`], given up (`Ok(None)`) when `interrupt` resolves
+    /// before the response starts to arrive. A response that started is
+    /// always read whole. After `Ok(None)` the connection must be dropped:
+    /// the response may still come on it.
+    pub(crate) async fn call_unless<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        body: &Req,
+        interrupt: impl std::future::Future<Output = ()>,
+    ) -> Result<Option<Resp>, String> {
         self.correlation = self.correlation.wrapping_add(1);
         let mut header = RequestHeader::default();
         header.request_api_key = key as i16;
@@ -81,19 +97,25 @@ impl Conn {
         frame[0..4].copy_from_slice(&size.to_be_bytes());
         let io = async {
             self.stream.write_all(&frame).await?;
-            let len = self.stream.read_i32().await?;
+            let len = tokio::select! {
+                r = self.stream.read_i32() => r?,
+                () = interrupt => return Ok(None),
+            };
             let len = usize::try_from(len)
                 .ok()
                 .filter(|l| *l <= MAX_FRAME)
                 .ok_or_else(|| std::io::Error::other(format!("bad response size {len}")))?;
             let mut buf = vec![0u8; len];
             self.stream.read_exact(&mut buf).await?;
-            Ok::<_, std::io::Error>(buf)
+            Ok::<_, std::io::Error>(Some(buf))
         };
-        let buf = tokio::time::timeout(Duration::from_secs(30), io)
+        let Some(buf) = tokio::time::timeout(Duration::from_secs(30), io)
             .await
             .map_err(|_| "request timed out".to_string())?
-            .map_err(|e| format!("connection: {e}"))?;
+            .map_err(|e| format!("connection: {e}"))?
+        else {
+            return Ok(None);
+        };
         let mut body = Bytes::from(buf);
         let header = ResponseHeader::decode(&mut body, key.response_header_version(version))
             .map_err(|e| format!("decoding a response header: {e}"))?;
@@ -103,6 +125,8 @@ impl Conn {
                 header.correlation_id, self.correlation
             ));
         }
-        Resp::decode(&mut body, version).map_err(|e| format!("decoding a response: {e}"))
+        Resp::decode(&mut body, version)
+            .map(Some)
+            .map_err(|e| format!("decoding a response: {e}"))
     }
 }

@@ -33,6 +33,10 @@ pub(crate) fn spawn(broker: &Arc<Broker>) {
     };
     let mut rx = quorum.subscribe();
     let mut last = broker.image();
+    *broker
+        .image_followed
+        .write()
+        .unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&last));
     let weak: Weak<Broker> = Arc::downgrade(broker);
     handle.spawn(async move {
         while rx.changed().await.is_ok() {
@@ -50,7 +54,12 @@ pub(crate) fn spawn(broker: &Arc<Broker>) {
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             let prev = std::mem::replace(&mut last, Arc::clone(&next));
-            let done = tokio::task::spawn_blocking(move || b.follow_image(&prev, &next)).await;
+            let done = tokio::task::spawn_blocking(move || {
+                b.follow_image(&prev, &next);
+                *b.image_followed.write().unwrap_or_else(|p| p.into_inner()) = Some(next);
+                b.images_followed.send_modify(|n| *n = n.wrapping_add(1));
+            })
+            .await;
             if let Err(e) = done {
                 tracing::error!(error = %e, "following a metadata change failed");
             }
@@ -182,7 +191,6 @@ impl Broker {
             }
         }
         self.sync_partitions();
-        self.images_followed.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 

@@ -217,11 +217,11 @@ async fn fetch(broker: &Arc<Broker>, req: FetchRequest, ctx: &Ctx) -> Result<Res
     encode(ctx, resp, regions)
 }
 
-/// How long a follower's fetch waits for this node's metadata when it
-/// names a partition this node does not know: its topic may be new (this
-/// node has not applied the creation yet) or deleted (the follower has not
-/// applied the deletion yet). Short, so a deletion costs the follower's
-/// other partitions in the same fetch little.
+/// How long a follower's fetch waits at most for this node's metadata
+/// when it names a partition this node's image does not have: a topic this
+/// node has not applied the creation of yet, or one the follower has not
+/// seen deleted yet. The other partitions of the fetch wait with it, so it
+/// is short.
 const UNKNOWN_PARTITION_WAIT: Duration = Duration::from_millis(100);
 
 /// A follower's fetch can reach this node before this node has applied
@@ -231,20 +231,20 @@ const UNKNOWN_PARTITION_WAIT: Duration = Duration::from_millis(100);
 /// `replica.fetch.backoff.ms` (a second by default) and hold back the high
 /// watermark meanwhile. Instead the fetch waits, within its own
 /// `max_wait_ms`, until this node's data folder has followed an image
-/// that settles it (see [`metadata_pending`]); whatever is still not led
-/// then is refused as before.
+/// that settles it ([`metadata_pending`]); whatever is still not led then
+/// is refused as before.
 async fn wait_until_led(
     broker: &Broker,
     parts: &[PartitionRequest],
     deadline: tokio::time::Instant,
 ) {
     let mut followed = broker.images_followed.subscribe();
-    let unknown_deadline = (tokio::time::Instant::now() + UNKNOWN_PARTITION_WAIT).min(deadline);
+    let unknown_until = (tokio::time::Instant::now() + UNKNOWN_PARTITION_WAIT).min(deadline);
     loop {
         let until = match metadata_pending(broker, parts) {
             None => return,
             Some(Pending::Behind) => deadline,
-            Some(Pending::Unknown) => unknown_deadline,
+            Some(Pending::Unknown) => unknown_until,
         };
         tokio::select! {
             r = followed.changed() => {
@@ -259,10 +259,9 @@ async fn wait_until_led(
 
 /// Why a follower's fetch waits for this node's metadata.
 enum Pending {
-    /// This node's metadata or partition layer is behind what the fetch
-    /// names: the committed image makes this node the leader and its
-    /// partition layer does not lead yet, or the fetch names a newer
-    /// leader epoch than this node's image has.
+    /// The fetch names a newer leader epoch than this node's image has, or
+    /// the committed image makes this node the leader and its data folder
+    /// has not followed that image yet.
     Behind,
     /// A partition this node's image does not have.
     Unknown,
@@ -271,11 +270,16 @@ enum Pending {
 fn metadata_pending(broker: &Broker, parts: &[PartitionRequest]) -> Option<Pending> {
     broker.metadata.quorum()?;
     let image = broker.image();
+    let followed = broker
+        .image_followed
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     let mut unknown = false;
     for p in parts {
         let topic = match &p.key.topic {
             TopicKey::Name(n) => image.topic(n),
-            TopicKey::Id(id) => image.topics().find(|t| t.id == *id),
+            TopicKey::Id(id) => image.topic_by_id(id),
         };
         let Some((t, state)) =
             topic.and_then(|t| t.partitions.get(&p.key.partition).map(|s| (t, s)))
@@ -283,19 +287,22 @@ fn metadata_pending(broker: &Broker, parts: &[PartitionRequest]) -> Option<Pendi
             unknown = true;
             continue;
         };
-        // (A log in an offline folder is never led here: not waited for.)
+        // Once the data folder has followed the image, a partition still
+        // not led here (its log could not be created, or sits in an
+        // offline folder) is not waited for.
+        let to_follow = followed.as_ref().is_some_and(|f| {
+            f.topic(&t.name)
+                .and_then(|ft| ft.partitions.get(&p.key.partition))
+                .is_none_or(|fs| {
+                    fs.leader != broker.node_id || fs.leader_epoch < state.leader_epoch
+                })
+        });
         let not_led_yet = state.leader == broker.node_id
+            && to_follow
             && broker
                 .partitions
                 .get(&t.name, p.key.partition)
-                .is_none_or(|led| led.leader_epoch() < state.leader_epoch)
-            && !broker
-                .logs
-                .get(&sluice_storage::TopicPartition::new(
-                    &t.name,
-                    p.key.partition,
-                ))
-                .is_some_and(|log| log.is_offline());
+                .is_none_or(|led| led.leader_epoch() < state.leader_epoch);
         if state.leader_epoch < p.current_leader_epoch || not_led_yet {
             return Some(Pending::Behind);
         }

@@ -443,6 +443,17 @@ async fn a_fetch_reaching_a_leader_behind_on_metadata_waits_instead_of_backing_o
     )
     .await;
     let port = |id: i32| node(&nodes, id).advertised.port;
+    /// Releases the nodes when the test ends, a panic included.
+    struct Release(Vec<u16>);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            let mut set = HELD.lock().unwrap_or_else(|p| p.into_inner());
+            for p in &self.0 {
+                set.remove(p);
+            }
+        }
+    }
+    let _release = Release((1..=3).map(port).collect());
     let hold = |ids: &[i32], held: bool| {
         let mut set = HELD.lock().unwrap_or_else(|p| p.into_inner());
         for &id in ids {

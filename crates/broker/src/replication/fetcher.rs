@@ -244,9 +244,9 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
             // A fetch of partitions without traffic waits at the leader
             // for up to `replica.fetch.wait.max.ms`; a partition this node
             // starts to follow meanwhile (a new topic, a new leader epoch)
-            // must not wait for it. The fetch is abandoned with its
-            // connection (its answer would arrive on it) and sent again;
-            // nothing was applied from it.
+            // must not wait for it. Until its answer starts to arrive, the
+            // fetch is abandoned with its connection (the answer would
+            // come on it) and sent again; nothing was applied from it.
             // Partitions left out of this fetch (refused, to truncate,
             // throttled) are looked at again after the backoff: the fetch
             // waits no longer than that at the leader.
@@ -255,11 +255,9 @@ async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<boo
                 max_wait_ms =
                     max_wait_ms.min(i32::try_from(backoff.as_millis()).unwrap_or(i32::MAX));
             }
-            let resp = tokio::select! {
-                r = fetch(&b, c, &ready, max_wait_ms) => r?,
-                () = fetchable_changed(&b, &mut followed, leader, &parts) => {
-                    return Ok(Step::Refetch);
-                }
+            let more = fetchable_added(&b, &mut followed, leader, &parts);
+            let Some(resp) = fetch(&b, c, &ready, max_wait_ms, more).await? else {
+                return Ok(Step::Refetch);
             };
             let b2 = Arc::clone(&b);
             let (redo, refused) = tokio::task::spawn_blocking(move || apply(&b2, resp))
@@ -339,9 +337,10 @@ fn fetchable(b: &Broker, image: &MetadataImage, leader: i32) -> Option<(Vec<Foll
 }
 
 /// Resolves once the data folder has followed a metadata image in which
-/// the partitions of `leader` this node can fetch (or their leader epochs)
-/// differ from `fetching`.
-async fn fetchable_changed(
+/// this node can fetch a partition of `leader` (or a leader epoch of one)
+/// that `fetching` lacks. Partitions that went away do not count: the
+/// fetch in flight may as well finish.
+async fn fetchable_added(
     b: &Broker,
     followed: &mut watch::Receiver<u64>,
     leader: i32,
@@ -351,10 +350,9 @@ async fn fetchable_changed(
     let before: BTreeSet<_> = fetching.iter().map(key).collect();
     loop {
         image_followed(followed).await;
-        let now: BTreeSet<_> = fetchable(b, &b.image(), leader)
-            .map(|(parts, _)| parts.iter().map(key).collect())
-            .unwrap_or_default();
-        if now != before {
+        let added = fetchable(b, &b.image(), leader)
+            .is_some_and(|(parts, _)| parts.iter().any(|p| !before.contains(&key(p))));
+        if added {
             return;
         }
     }
@@ -450,13 +448,15 @@ async fn truncate(b: &Arc<Broker>, c: &mut Conn, p: &Followed) -> Result<bool, S
 }
 
 /// One Fetch for the `ready` partitions, from each one's log end, waiting
-/// at most `max_wait_ms` at the leader for records.
+/// at most `max_wait_ms` at the leader for records; `Ok(None)` when
+/// `interrupt` came first (see [`Conn::call_unless`]).
 async fn fetch(
     b: &Broker,
     c: &mut Conn,
     ready: &[&Followed],
     max_wait_ms: i32,
-) -> Result<FetchResponse, String> {
+    interrupt: impl std::future::Future<Output = ()>,
+) -> Result<Option<FetchResponse>, String> {
     let s = &b.settings;
     let mut req = FetchRequest::default();
     req.replica_id = BrokerId(b.node_id);
@@ -487,7 +487,8 @@ async fn fetch(
         }
     }
     req.topics = topics;
-    c.call(ApiKey::Fetch, FETCH_VERSION, &req).await
+    c.call_unless(ApiKey::Fetch, FETCH_VERSION, &req, interrupt)
+        .await
 }
 
 /// Appends what a Fetch brought and takes the leader's high watermark,
