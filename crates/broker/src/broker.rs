@@ -81,16 +81,14 @@ pub struct Broker {
     /// may be fenced out of (Kafka starts its fetchers only after the
     /// broker registered).
     pub(crate) registered: std::sync::atomic::AtomicBool,
-    /// Counts the metadata images the data folder has followed (logs
-    /// created and deleted, leadership synced): the replica fetchers wake
-    /// on it, so a partition this node starts to follow joins the next
-    /// fetch at once rather than after a poll interval or an idle fetch's
-    /// `replica.fetch.wait.max.ms`.
-    pub(crate) images_followed: tokio::sync::watch::Sender<u64>,
-    /// The last metadata image the data folder has followed (`None`
-    /// before the metadata follower starts: the image the start reconciled
-    /// the folder with).
-    pub(crate) image_followed: std::sync::RwLock<Option<Arc<MetadataImage>>>,
+    /// The last metadata image the data folder has followed (logs created
+    /// and deleted, leadership synced); `None` before the metadata
+    /// follower starts (the image the start reconciled the folder with).
+    /// The replica fetchers wake on it (and on the registration, which
+    /// notifies it too), so a partition this node starts to follow joins
+    /// the next fetch at once rather than after a poll interval or an idle
+    /// fetch's `replica.fetch.wait.max.ms`.
+    pub(crate) image_followed: tokio::sync::watch::Sender<Option<Arc<MetadataImage>>>,
     /// Replication throttles (leader and follower side).
     pub(crate) quotas: crate::replication::throttle::ReplicationQuotas,
 }
@@ -182,8 +180,7 @@ impl Broker {
             producer_ids: Default::default(),
             txns,
             registered: std::sync::atomic::AtomicBool::new(false),
-            images_followed: tokio::sync::watch::Sender::new(0),
-            image_followed: std::sync::RwLock::new(None),
+            image_followed: tokio::sync::watch::Sender::new(None),
             quotas,
         });
         broker.reconcile_logs()?;

@@ -33,10 +33,7 @@ pub(crate) fn spawn(broker: &Arc<Broker>) {
     };
     let mut rx = quorum.subscribe();
     let mut last = broker.image();
-    *broker
-        .image_followed
-        .write()
-        .unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&last));
+    broker.image_followed.send_replace(Some(Arc::clone(&last)));
     let weak: Weak<Broker> = Arc::downgrade(broker);
     handle.spawn(async move {
         while rx.changed().await.is_ok() {
@@ -56,8 +53,7 @@ pub(crate) fn spawn(broker: &Arc<Broker>) {
             let prev = std::mem::replace(&mut last, Arc::clone(&next));
             let done = tokio::task::spawn_blocking(move || {
                 b.follow_image(&prev, &next);
-                *b.image_followed.write().unwrap_or_else(|p| p.into_inner()) = Some(next);
-                b.images_followed.send_modify(|n| *n = n.wrapping_add(1));
+                b.image_followed.send_replace(Some(next));
             })
             .await;
             if let Err(e) = done {
@@ -108,7 +104,7 @@ pub(crate) fn register(broker: &Arc<Broker>) {
                     b.registered
                         .store(true, std::sync::atomic::Ordering::Release);
                     // The replica fetchers wait for the registration.
-                    b.images_followed.send_modify(|n| *n = n.wrapping_add(1));
+                    b.image_followed.send_modify(|_| {});
                     tracing::info!("registered with the metadata quorum");
                     return;
                 }

@@ -445,8 +445,8 @@ impl LogManager {
         Ok(())
     }
 
-    /// Removes the doomed folders that are due; returns how many.
-    fn remove_doomed_due(&self) -> usize {
+    /// Removes the doomed folders that are due.
+    fn remove_doomed_due(&self) {
         let now = self.config.clock.now_ms();
         let due: Vec<PathBuf> = {
             let mut doomed = lock(&self.doomed);
@@ -464,7 +464,6 @@ impl LogManager {
                 }
             }
         }
-        due.len()
     }
 
     /// Folders of deleted or moved partitions not removed yet.

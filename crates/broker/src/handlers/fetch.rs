@@ -238,7 +238,7 @@ async fn wait_until_led(
     parts: &[PartitionRequest],
     deadline: tokio::time::Instant,
 ) {
-    let mut followed = broker.images_followed.subscribe();
+    let mut followed = broker.image_followed.subscribe();
     let unknown_until = (tokio::time::Instant::now() + UNKNOWN_PARTITION_WAIT).min(deadline);
     loop {
         let until = match metadata_pending(broker, parts) {
@@ -270,11 +270,7 @@ enum Pending {
 fn metadata_pending(broker: &Broker, parts: &[PartitionRequest]) -> Option<Pending> {
     broker.metadata.quorum()?;
     let image = broker.image();
-    let followed = broker
-        .image_followed
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let followed = broker.image_followed.borrow().clone();
     let mut unknown = false;
     for p in parts {
         let topic = match &p.key.topic {

@@ -57,7 +57,7 @@ const MAX_TRUNCATION_ROUNDS: usize = 16;
 /// Starts and stops the fetcher tasks until `stop` turns true.
 pub(crate) async fn run(broker: Weak<Broker>, mut stop: watch::Receiver<bool>) {
     let mut tasks: HashMap<i32, tokio::task::JoinHandle<()>> = HashMap::new();
-    let Some(mut followed) = broker.upgrade().map(|b| b.images_followed.subscribe()) else {
+    let Some(mut followed) = broker.upgrade().map(|b| b.image_followed.subscribe()) else {
         return;
     };
     loop {
@@ -159,7 +159,7 @@ fn paused(b: &Broker) -> bool {
 /// Fetches from `leader` for as long as it leads partitions this node
 /// follows.
 async fn fetch_from(broker: Weak<Broker>, leader: i32, stop: watch::Receiver<bool>) {
-    let Some(mut followed) = broker.upgrade().map(|b| b.images_followed.subscribe()) else {
+    let Some(mut followed) = broker.upgrade().map(|b| b.image_followed.subscribe()) else {
         return;
     };
     let mut conn: Option<Conn> = None;
@@ -342,7 +342,7 @@ fn fetchable(b: &Broker, image: &MetadataImage, leader: i32) -> Option<(Vec<Foll
 /// fetch in flight may as well finish.
 async fn fetchable_added(
     b: &Broker,
-    followed: &mut watch::Receiver<u64>,
+    followed: &mut watch::Receiver<Option<Arc<MetadataImage>>>,
     leader: i32,
     fetching: &[Followed],
 ) {
@@ -360,7 +360,7 @@ async fn fetchable_added(
 
 /// Resolves when the data folder has followed another metadata image;
 /// never once the broker is gone.
-async fn image_followed(followed: &mut watch::Receiver<u64>) {
+async fn image_followed(followed: &mut watch::Receiver<Option<Arc<MetadataImage>>>) {
     if followed.changed().await.is_err() {
         std::future::pending::<()>().await;
     }
