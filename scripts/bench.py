@@ -99,6 +99,20 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_times():
+    """(busy, total) clock ticks of all cores since boot, from /proc/stat
+    (busy leaves out idle and iowait)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    total = sum(ticks[:8])  # guest time is counted in user already
+    return total - ticks[3] - ticks[4], total
+
+
+def busy_share(before, after):
+    """The share of all cores busy between two `cpu_times` readings."""
+    busy, total = after[0] - before[0], after[1] - before[1]
+    return busy / total if total > 0 else float("nan")
+
+
 def rss_mib(pid):
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -163,6 +177,7 @@ class Runner:
         self.produced = {}  # (size, acks, partitions, producers) -> produce_pair's result
         self.consume_mbs = None
         self.e2e_p99 = {}
+        self.e2e_load = {}  # rf -> (asked rate, delivered rate, busy share) of the 50 % run shown
         self.rss = None
         self.memory_cpu_gb = None
         self.smoke = args.smoke
@@ -337,12 +352,14 @@ class Runner:
             for _ in range(1 if self.smoke else E2E_RUNS):
                 topic = self.create_topic(bootstrap, 1, rf, ("min.insync.replicas=2",) if rf == 3 else ())
                 self.warm(n * 1024 * rf)
+                t0 = cpu_times()
                 r = self.sluice("perf", "e2e", "--topic", topic, "--num-records", str(n), "--record-size", "1024",
                                 "--throughput", str(rate), "--acks", "1" if rf == 1 else "all",
                                 "--batch-size", str(BATCH_SIZE), "--json",
                                 "--bootstrap-server", bootstrap)
+                busy = busy_share(t0, cpu_times())
                 self.delete_topic(bootstrap, topic)
-                runs.append(dict(r.get("latency_ms") or {}, rate=r.get("records_per_sec")))
+                runs.append(dict(r.get("latency_ms") or {}, rate=r.get("records_per_sec"), busy=busy))
             nan = float("nan")
             # A run without a p99 sorts last (a NaN key would leave the
             # order undefined).
@@ -350,8 +367,12 @@ class Runner:
             lat = runs[len(runs) // 2]
             if share == 0.5:
                 self.e2e_p99[rf] = lat.get("p99")
-            # A run that falls behind the asked rate measures queueing.
-            note = f"{lat.get('rate') or nan:,.0f} rec/s delivered"
+                self.e2e_load[rf] = (rate, lat.get("rate"), lat.get("busy"))
+            # A run that falls behind the asked rate measures queueing; the
+            # share of both cores busy during it (clients and broker(s)
+            # together, from /proc/stat) shows how full the machine was.
+            note = (f"{lat.get('rate') or nan:,.0f} rec/s delivered, "
+                    f"{100 * lat.get('busy', nan):.0f}% of the cores busy")
             if len(runs) > 1:
                 note += "; p99 of each run: " + ", ".join(f"{x.get('p99') or nan:.2f}" for x in runs) + " ms"
             self.row(section, f"{shape}, {rate} rec/s ({100 * share:g}% of peak)",
@@ -432,7 +453,11 @@ class Runner:
             p99 = self.e2e_p99.get(rf)
             p99 = p99 if p99 is not None else nan
             runs = "" if self.smoke else f" (median of {E2E_RUNS} runs)"
-            out.append((f"e2e p99 < {limit:g} ms at 50% of peak, rf={rf}", f"{p99:.2f} ms{runs}", p99 < limit))
+            asked, got, busy = self.e2e_load.get(rf, (nan, nan, nan))
+            load = (f"; that run delivered {got or nan:,.0f} of {asked:,.0f} rec/s asked, "
+                    f"with {100 * (busy if busy is not None else nan):.0f}% of the cores busy")
+            out.append((f"e2e p99 < {limit:g} ms at 50% of peak, rf={rf}", f"{p99:.2f} ms{runs}{load}",
+                        p99 < limit))
         if self.rss:
             before, after = self.rss
             out.append(("broker memory flat over the long run", f"RSS {before:.0f} -> {after:.0f} MiB",
