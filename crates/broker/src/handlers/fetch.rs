@@ -238,6 +238,10 @@ async fn wait_until_led(
     parts: &[PartitionRequest],
     deadline: tokio::time::Instant,
 ) {
+    // Nearly every follower fetch finds nothing pending: no subscription.
+    if metadata_pending(broker, parts).is_none() {
+        return;
+    }
     let mut followed = broker.image_followed.subscribe();
     let unknown_until = (tokio::time::Instant::now() + UNKNOWN_PARTITION_WAIT).min(deadline);
     loop {
