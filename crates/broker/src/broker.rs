@@ -225,9 +225,13 @@ impl Broker {
         Some(self.config.str("broker.rack")).filter(|r| !r.is_empty())
     }
 
-    /// The brokers clients are told about (Metadata, DescribeCluster): this
-    /// node, and with the metadata quorum every registered broker that is
-    /// not fenced, at its listener named like the one this node serves.
+    /// The brokers clients are told about (Metadata, DescribeCluster,
+    /// FindCoordinator): on the single node without a quorum, this node;
+    /// with the metadata quorum, every registered broker that is not
+    /// fenced, this node included only once its own registration is in
+    /// the image — Kafka's alive brokers, so a client that sees N brokers
+    /// can create a topic with N replicas at any node. Each at its
+    /// listener named like the one this node serves.
     pub(crate) fn cluster_brokers(&self) -> Vec<ClusterBroker> {
         self.registered_brokers(false)
     }
@@ -237,13 +241,21 @@ impl Broker {
     /// `IncludeFencedBrokers`).
     pub(crate) fn registered_brokers(&self, include_fenced: bool) -> Vec<ClusterBroker> {
         let image = self.image();
-        let mut out = vec![ClusterBroker {
-            id: self.node_id,
-            host: self.advertised.host.clone(),
-            port: i32::from(self.advertised.port),
-            rack: self.rack(),
-            fenced: include_fenced && image.broker(self.node_id).is_some_and(|b| b.fenced),
-        }];
+        let mut out = Vec::new();
+        let own = image.broker(self.node_id);
+        let listed = match own {
+            None => self.metadata.quorum().is_none(),
+            Some(b) => include_fenced || !b.fenced,
+        };
+        if listed {
+            out.push(ClusterBroker {
+                id: self.node_id,
+                host: self.advertised.host.clone(),
+                port: i32::from(self.advertised.port),
+                rack: self.rack(),
+                fenced: own.is_some_and(|b| b.fenced),
+            });
+        }
         for b in image.brokers() {
             if b.id == self.node_id || (b.fenced && !include_fenced) {
                 continue;

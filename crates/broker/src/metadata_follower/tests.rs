@@ -254,3 +254,42 @@ async fn three_nodes_share_metadata_through_the_quorum() {
         blocking(move || b.shutdown()).await.expect("shutdown");
     }
 }
+
+/// A node of a quorum lists only registered, unfenced brokers, itself
+/// included only once its own registration is in its image (Kafka's alive
+/// brokers): a client that sees N brokers anywhere can create a topic with
+/// N replicas. Before, a node listed itself from the start, so a client
+/// could see three brokers while the controller placed on two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_lists_itself_only_once_registered() {
+    let _cluster = one_cluster_at_a_time().await;
+    let (configs, _dirs) = three_node_configs(|_| Vec::new());
+    let mut configs = configs.into_iter();
+    let first = configs.next().expect("node 1");
+    let alone = blocking(move || Broker::open(first)).await.expect("open");
+    // Alone it has no majority: its registration cannot commit.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(alone.image().broker(alone.node_id).is_none());
+    assert!(alone.cluster_brokers().is_empty());
+    assert!(alone.registered_brokers(true).is_empty());
+
+    let mut brokers = vec![alone];
+    for c in configs {
+        brokers.push(blocking(move || Broker::open(c)).await.expect("open"));
+    }
+    for b in &brokers {
+        eventually("three registered brokers", || {
+            let listed = b.cluster_brokers();
+            listed.len() == 3 && listed.iter().any(|c| c.id == b.node_id)
+        })
+        .await;
+    }
+    // Whichever node is asked, three listed means three replicas placed.
+    let b0 = Arc::clone(&brokers[0]);
+    blocking(move || b0.create_topic("everywhere", 1, 3, &[], false))
+        .await
+        .expect("three replicas");
+    for b in brokers {
+        blocking(move || b.shutdown()).await.expect("shutdown");
+    }
+}
