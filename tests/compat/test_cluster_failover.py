@@ -139,6 +139,16 @@ def test_transactions_commit_across_nodes_and_survive_the_coordinators_loss(tmp_
                 for i in range(10):
                     producer.produce("txn-out", value=b"t-%d-%d-%d" % (t, p, i), partition=p)
             if t % 5 == 4:
+                # Delivered first, so the partitions are registered with
+                # the coordinator before EndTxn(ABORT). Without it,
+                # librdkafka sends EndTxn after any failed or retried
+                # AddPartitionsToTxn (say CONCURRENT_TRANSACTIONS while
+                # the last commit's markers are written, slow right after
+                # a failover), and a coordinator still in the last
+                # transaction's PrepareCommit or CompleteCommit answers
+                # INVALID_TXN_STATE, as Kafka's does: fatal for the
+                # producer (librdkafka issue #4849, seen against Kafka).
+                producer.flush(60)
                 producer.abort_transaction(60)
                 aborted.append(t)
                 return
