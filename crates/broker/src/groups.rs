@@ -28,7 +28,7 @@
 //! then commits or drops them. Loading replays markers the same way.
 
 use std::collections::BTreeSet;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -78,6 +78,9 @@ pub(crate) type CommitPoint = (Arc<Partition>, i64);
 pub(crate) struct Groups {
     partitions: i32,
     shards: Mutex<HashMap<i32, Slot>>,
+    /// The partitions being replayed into a fresh shard (their slot's
+    /// lock is held for the whole load).
+    loading: Mutex<HashSet<i32>>,
     parked: Mutex<HashMap<u64, oneshot::Sender<GroupResponse>>>,
     next_token: AtomicU64,
     /// Wakes the timer task when a deadline may have moved earlier.
@@ -124,6 +127,7 @@ impl Groups {
         Self {
             partitions: settings.offsets_topic_num_partitions.max(1),
             shards: Mutex::new(HashMap::new()),
+            loading: Mutex::new(HashSet::new()),
             parked: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(1),
             wake: tokio::sync::Notify::new(),
@@ -189,7 +193,10 @@ impl Groups {
                 ));
             };
             let lease = Lease::new(part);
-            let shard = Arc::new(Mutex::new(self.load(lease.clone())?));
+            lock(&self.loading).insert(partition);
+            let replayed = self.load(lease.clone());
+            lock(&self.loading).remove(&partition);
+            let shard = Arc::new(Mutex::new(replayed?));
             *loaded = Some((lease, Arc::clone(&shard)));
             Ok(shard)
         })
@@ -208,25 +215,40 @@ impl Groups {
             "unloaded group coordinator partition: this node no longer leads it");
     }
 
-    /// Every loaded shard whose lease holds, in partition order; shards
-    /// being loaded are left out (they have no state yet).
-    fn loaded(&self) -> Vec<Arc<Mutex<Shard>>> {
-        let slots: Vec<(i32, Slot)> = lock(&self.shards)
+    /// Every loaded shard whose lease holds, in partition order, and
+    /// whether a partition is being loaded (left out: it has no state
+    /// yet). A slot held for a moment (a lookup, the leadership check of
+    /// the timer task) is waited for, not skipped: skipping it left its
+    /// groups out of ListGroups now and then.
+    fn loaded(&self) -> (Vec<Arc<Mutex<Shard>>>, bool) {
+        let mut slots: Vec<(i32, Slot)> = lock(&self.shards)
             .iter()
             .map(|(p, s)| (*p, Arc::clone(s)))
             .collect();
-        let mut out: Vec<(i32, Arc<Mutex<Shard>>)> = slots
-            .into_iter()
-            .filter_map(|(p, slot)| {
-                let loaded = slot.try_lock().ok()?;
-                loaded
-                    .as_ref()
+        slots.sort_by_key(|(p, _)| *p);
+        let mut loading = false;
+        let mut out = Vec::new();
+        for (partition, slot) in slots {
+            let held = match slot.try_lock() {
+                Ok(held) => held,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    if lock(&self.loading).contains(&partition) {
+                        loading = true;
+                        continue;
+                    }
+                    // Held for a moment, or by a load that started since:
+                    // wait for it.
+                    lock(&slot)
+                }
+            };
+            out.extend(
+                held.as_ref()
                     .filter(|(lease, _)| lease.valid())
-                    .map(|(_, s)| (p, Arc::clone(s)))
-            })
-            .collect();
-        out.sort_by_key(|(p, _)| *p);
-        out.into_iter().map(|(_, s)| s).collect()
+                    .map(|(_, s)| Arc::clone(s)),
+            );
+        }
+        (out, loading)
     }
 
     /// Follows the leadership of `__consumer_offsets`: shards of partitions
@@ -467,8 +489,9 @@ impl Groups {
         }
     }
 
-    /// Every loaded shard (ListGroups), in partition order.
-    pub(crate) fn loaded_shards(&self) -> Vec<Arc<Mutex<Shard>>> {
+    /// Every loaded shard (ListGroups), in partition order, and whether
+    /// a partition is being loaded.
+    pub(crate) fn loaded_shards(&self) -> (Vec<Arc<Mutex<Shard>>>, bool) {
         self.loaded()
     }
 
@@ -545,7 +568,7 @@ impl Groups {
     /// `offsets.retention.check.interval.ms`); returns how many offsets
     /// expired.
     pub(crate) fn expire_offsets(&self, now: i64) -> usize {
-        let shards = self.loaded();
+        let (shards, _) = self.loaded();
         let mut expired = 0;
         for s in shards {
             let mut shard = lock(&s);
@@ -620,7 +643,7 @@ impl Groups {
     /// least a full millisecond after its JoinGroup response to send
     /// SyncGroup, whatever else wakes this task.
     fn tick_all(&self) -> Duration {
-        let shards = self.loaded();
+        let (shards, _) = self.loaded();
         let now = now_ms() - 1;
         let mut next = now + 1_000;
         for s in shards {

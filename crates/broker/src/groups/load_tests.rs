@@ -83,3 +83,45 @@ fn undecodable_batches_and_records_are_skipped_and_the_rest_loads() {
     drop(shard);
     broker.shutdown().expect("shutdown");
 }
+
+/// The loaded shards (ListGroups, the timers, offset expiry) wait for a
+/// slot held for a moment, as the timer task's leadership check holds
+/// each one, instead of leaving its groups out; a partition being loaded
+/// is left out and said to be loading (ListGroups answers
+/// COORDINATOR_LOAD_IN_PROGRESS then).
+#[test]
+fn a_briefly_held_slot_is_listed_and_a_loading_one_is_said() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = open_broker(dir.path(), &[("offsets.topic.num.partitions", "1")]);
+    let shard = broker.groups.shard(&broker, "alpha").expect("shard");
+    assert!(lock(&shard).groups.ensure_simple_group(now_ms(), "alpha"));
+    let slot = Arc::clone(lock(&broker.groups.shards).get(&0).expect("slot"));
+
+    let hold = |slot: Slot| {
+        let (held, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            let _held = lock(&slot);
+            held.send(()).expect("send");
+            std::thread::sleep(Duration::from_millis(300));
+        });
+        rx.recv().expect("held");
+        t
+    };
+    let holder = hold(Arc::clone(&slot));
+    let (shards, loading) = broker.groups.loaded_shards();
+    assert!(!loading);
+    assert_eq!(shards.len(), 1, "a slot held for a moment is waited for");
+    let listed = lock(&shards[0]).groups.list_groups(&[]).expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].group_id, "alpha");
+    holder.join().expect("holder");
+
+    lock(&broker.groups.loading).insert(0);
+    let holder = hold(slot);
+    let (shards, loading) = broker.groups.loaded_shards();
+    assert!(loading);
+    assert!(shards.is_empty());
+    holder.join().expect("holder");
+    lock(&broker.groups.loading).remove(&0);
+    assert_eq!(broker.groups.loaded_shards().0.len(), 1);
+}

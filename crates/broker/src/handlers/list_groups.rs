@@ -10,6 +10,7 @@ use std::sync::Arc;
 use proto_kafka::messages::list_groups_response::ListedGroup;
 use proto_kafka::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 use proto_kafka::protocol::StrBytes;
+use proto_kafka::ResponseError;
 
 use super::Ctx;
 use crate::broker::Broker;
@@ -39,7 +40,11 @@ pub(crate) fn handle(
     {
         return r;
     }
-    for shard in broker.groups.loaded_shards() {
+    let (shards, loading) = broker.groups.loaded_shards();
+    if loading {
+        r.error_code = ResponseError::CoordinatorLoadInProgress.code();
+    }
+    for shard in shards {
         let listed = lock(&shard).groups.list_groups(&states);
         match listed {
             Ok(groups) => {
