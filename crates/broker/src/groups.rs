@@ -78,8 +78,8 @@ pub(crate) type CommitPoint = (Arc<Partition>, i64);
 pub(crate) struct Groups {
     partitions: i32,
     shards: Mutex<HashMap<i32, Slot>>,
-    /// The partitions being replayed into a fresh shard (their slot's
-    /// lock is held for the whole load).
+    /// The partitions being created or replayed into a fresh shard (their
+    /// slot's lock is held for the whole load).
     loading: Mutex<HashSet<i32>>,
     parked: Mutex<HashMap<u64, oneshot::Sender<GroupResponse>>>,
     next_token: AtomicU64,
@@ -185,21 +185,32 @@ impl Groups {
                 Some(_) => self.unload(&mut loaded),
                 None => {}
             }
-            broker.ensure_offsets_topic(self.partitions)?;
-            let Some(part) = broker.partition(CONSUMER_OFFSETS_TOPIC, partition) else {
-                return Err(ApiError::new(
-                    ResponseError::NotCoordinator,
-                    format!("This node does not lead {CONSUMER_OFFSETS_TOPIC}-{partition}."),
-                ));
-            };
-            let lease = Lease::new(part);
+            // Creating the topic (through the quorum) and the replay may
+            // take a while: listed as loading meanwhile, so the loaded
+            // shards do not wait for this slot.
             lock(&self.loading).insert(partition);
-            let replayed = self.load(lease.clone());
+            let created = self.create_and_load(broker, partition);
             lock(&self.loading).remove(&partition);
-            let shard = Arc::new(Mutex::new(replayed?));
+            let (lease, shard) = created?;
+            let shard = Arc::new(Mutex::new(shard));
             *loaded = Some((lease, Arc::clone(&shard)));
             Ok(shard)
         })
+    }
+
+    /// Creates `__consumer_offsets` if needed and replays `partition`
+    /// into a fresh shard, under the lease it is led in.
+    fn create_and_load(&self, broker: &Broker, partition: i32) -> Result<(Lease, Shard), ApiError> {
+        broker.ensure_offsets_topic(self.partitions)?;
+        let Some(part) = broker.partition(CONSUMER_OFFSETS_TOPIC, partition) else {
+            return Err(ApiError::new(
+                ResponseError::NotCoordinator,
+                format!("This node does not lead {CONSUMER_OFFSETS_TOPIC}-{partition}."),
+            ));
+        };
+        let lease = Lease::new(part);
+        let shard = self.load(lease.clone())?;
+        Ok((lease, shard))
     }
 
     /// Unloads a shard whose lease lapsed (Kafka's `onResignation`): its
