@@ -243,11 +243,7 @@ impl Broker {
         let image = self.image();
         let mut out = Vec::new();
         let own = image.broker(self.node_id);
-        let listed = match own {
-            None => self.metadata.quorum().is_none(),
-            Some(b) => include_fenced || !b.fenced,
-        };
-        if listed {
+        if self.lists_itself(&image, include_fenced) {
             out.push(ClusterBroker {
                 id: self.node_id,
                 host: self.advertised.host.clone(),
@@ -279,17 +275,32 @@ impl Broker {
         out
     }
 
+    /// Whether this node is among the brokers it lists: always without a
+    /// quorum; with one, once its registration is in the image and (unless
+    /// `include_fenced`) not fenced.
+    fn lists_itself(&self, image: &MetadataImage, include_fenced: bool) -> bool {
+        match image.broker(self.node_id) {
+            None => self.metadata.quorum().is_none(),
+            Some(b) => include_fenced || !b.fenced,
+        }
+    }
+
     /// The controller id clients are given: the metadata quorum's leader
     /// when it is a broker too (a combined node), else this node — a
     /// controller-only leader is not reachable by clients, and Kafka's
-    /// KRaft brokers name a live broker then, which forwards.
+    /// KRaft brokers name a live broker then, which forwards — or -1
+    /// (Kafka's no controller) while this node is not a listed broker.
     pub(crate) fn controller_id(&self) -> i32 {
         self.metadata
             .quorum()
             .and_then(|q| q.leader())
             .and_then(|l| i32::try_from(l).ok())
-            .filter(|&l| self.is_broker(l))
-            .unwrap_or(self.node_id)
+            .filter(|&l| l != self.node_id && self.is_broker(l))
+            .or_else(|| {
+                self.lists_itself(&self.image(), false)
+                    .then_some(self.node_id)
+            })
+            .unwrap_or(-1)
     }
 
     /// Whether this node does the cluster-wide duties Kafka's active

@@ -272,6 +272,8 @@ async fn a_node_lists_itself_only_once_registered() {
     assert!(alone.image().broker(alone.node_id).is_none());
     assert!(alone.cluster_brokers().is_empty());
     assert!(alone.registered_brokers(true).is_empty());
+    // Nor a controller to name (Kafka's -1).
+    assert_eq!(alone.controller_id(), -1);
 
     let mut brokers = vec![alone];
     for c in configs {
