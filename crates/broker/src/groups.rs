@@ -64,10 +64,8 @@ pub(crate) struct Shard {
 /// A loaded shard and the lease it was loaded under.
 type Loaded = (Lease, Arc<Mutex<Shard>>);
 
-/// A shard's place: empty until the partition is loaded. Loading holds
-/// only this slot's lock, so loading one partition never blocks requests
-/// for groups of other partitions.
-type Slot = Arc<Mutex<Option<Loaded>>>;
+/// A shard's place (see [`crate::partition::LeasedSlot`]).
+type Slot = crate::partition::LeasedSlot<Shard>;
 
 /// Where a write must be replicated to before its response goes out: the
 /// partition and its log end offset right after the write.
@@ -227,39 +225,9 @@ impl Groups {
     }
 
     /// Every loaded shard whose lease holds, in partition order, and
-    /// whether a partition is being loaded (left out: it has no state
-    /// yet). A slot held for a moment (a lookup, the leadership check of
-    /// the timer task) is waited for, not skipped: skipping it left its
-    /// groups out of ListGroups now and then.
+    /// whether a partition is being loaded.
     fn loaded(&self) -> (Vec<Arc<Mutex<Shard>>>, bool) {
-        let mut slots: Vec<(i32, Slot)> = lock(&self.shards)
-            .iter()
-            .map(|(p, s)| (*p, Arc::clone(s)))
-            .collect();
-        slots.sort_by_key(|(p, _)| *p);
-        let mut loading = false;
-        let mut out = Vec::new();
-        for (partition, slot) in slots {
-            let held = match slot.try_lock() {
-                Ok(held) => held,
-                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    if lock(&self.loading).contains(&partition) {
-                        loading = true;
-                        continue;
-                    }
-                    // Held for a moment, or by a load that started since:
-                    // wait for it.
-                    lock(&slot)
-                }
-            };
-            out.extend(
-                held.as_ref()
-                    .filter(|(lease, _)| lease.valid())
-                    .map(|(_, s)| Arc::clone(s)),
-            );
-        }
-        (out, loading)
+        crate::partition::leased_states(&self.shards, &self.loading)
     }
 
     /// Follows the leadership of `__consumer_offsets`: shards of partitions

@@ -23,7 +23,7 @@
 //! The metadata log (`__cluster_metadata-0`) is not a partition here: it is
 //! the controller's log, replicated by Raft rather than by ISR (design 011).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
@@ -106,6 +106,50 @@ impl Lease {
     pub(crate) fn valid(&self) -> bool {
         self.partition.led.load(Ordering::Acquire) && self.partition.leader_epoch() == self.epoch
     }
+}
+
+/// A coordinator's place for one partition's state: empty until loaded,
+/// then the state and the lease it was loaded under. Loading holds only
+/// this slot's lock, so loading one partition never blocks the others.
+pub(crate) type LeasedSlot<S> = Arc<Mutex<Option<(Lease, Arc<Mutex<S>>)>>>;
+
+/// The states of a coordinator's `slots` whose lease holds, in partition
+/// order, and whether a partition in `loading` is being loaded (left out:
+/// it has no state yet). A slot held for a moment (a lookup, a leadership
+/// check) is waited for, not skipped: skipping it left a partition's
+/// groups out of ListGroups now and then.
+pub(crate) fn leased_states<S>(
+    slots: &Mutex<HashMap<i32, LeasedSlot<S>>>,
+    loading: &Mutex<HashSet<i32>>,
+) -> (Vec<Arc<Mutex<S>>>, bool) {
+    let mut slots: Vec<(i32, LeasedSlot<S>)> = lock(slots)
+        .iter()
+        .map(|(p, s)| (*p, Arc::clone(s)))
+        .collect();
+    slots.sort_by_key(|(p, _)| *p);
+    let mut any_loading = false;
+    let mut out = Vec::new();
+    for (partition, slot) in slots {
+        let held = match slot.try_lock() {
+            Ok(held) => held,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if lock(loading).contains(&partition) {
+                    any_loading = true;
+                    continue;
+                }
+                // Held for a moment, or by a load that started since:
+                // wait for it.
+                lock(&slot)
+            }
+        };
+        out.extend(
+            held.as_ref()
+                .filter(|(lease, _)| lease.valid())
+                .map(|(_, s)| Arc::clone(s)),
+        );
+    }
+    (out, any_loading)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

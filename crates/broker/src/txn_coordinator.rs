@@ -66,9 +66,8 @@ pub(crate) struct Shard {
 /// A loaded shard and the lease it was loaded under.
 type Loaded = (Lease, Arc<Mutex<Shard>>);
 
-/// A shard's place: empty until the partition is loaded (see
-/// `groups::Slot`).
-type Slot = Arc<Mutex<Option<Loaded>>>;
+/// A shard's place (see [`crate::partition::LeasedSlot`]).
+type Slot = crate::partition::LeasedSlot<Shard>;
 
 /// Records appended but not yet covered by the high watermark: confirmed
 /// to the machine (or failed) when the followers catch up.
@@ -329,28 +328,7 @@ impl TxnCoordinator {
     /// Every loaded shard in partition order, and whether a partition is
     /// being loaded.
     fn loaded(&self) -> (Vec<Arc<Mutex<Shard>>>, bool) {
-        let mut slots: Vec<(i32, Slot)> = lock(&self.shards)
-            .iter()
-            .map(|(p, s)| (*p, Arc::clone(s)))
-            .collect();
-        slots.sort_by_key(|(p, _)| *p);
-        let mut loading = false;
-        let mut out = Vec::new();
-        for (partition, slot) in slots {
-            if lock(&self.loading).contains(&partition) {
-                loading = true;
-                continue;
-            }
-            // Held for a moment by a lookup, or by a load that started
-            // since: wait for it.
-            out.extend(
-                lock(&slot)
-                    .as_ref()
-                    .filter(|(lease, _)| lease.valid())
-                    .map(|(_, s)| Arc::clone(s)),
-            );
-        }
-        (out, loading)
+        crate::partition::leased_states(&self.shards, &self.loading)
     }
 
     /// A fresh token and the receiver its response will arrive on.
